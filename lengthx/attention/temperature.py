@@ -1,0 +1,131 @@
+"""Softmax temperature inside attention (paper A §4, DESIGN §5).
+
+Scores become softmax(l / τ) with l = QKᵀ·scaling + position bias; the padding (and causal) mask is added
+*after* the division, so it is never scaled. The operation is one attention function, registered with
+transformers' ``AttentionInterface`` and ``AttentionMaskInterface`` under :data:`ATTN_NAME`, that reads τ
+from the attention module it serves. Modules without a τ (or with τ = 1 and no statistics requested) go
+through stock SDPA unchanged, so τ = 1 is bit-identical to stock transformers.
+
+Any family whose attention dispatches through ``AttentionInterface`` (T5, GPT-2, GPT-NeoX, LLaMA) is served
+by the same function; which modules receive τ is decided by the family adapter (``lengthx.models.families``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+if TYPE_CHECKING:
+    from lengthx.attention.stats import AttentionStats
+
+ATTN_NAME = "lengthx"
+TAU_ATTR = "lengthx_tau"
+STATS_ATTR = "lengthx_stats"
+QUERY_BLOCK = 1024  # explicit-softmax path: scores of at most this many query rows exist at once
+
+
+def _to_additive(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """Boolean keep-mask (SDPA convention) → additive float mask; float masks pass through."""
+    if mask is None or mask.dtype != torch.bool:
+        return mask
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
+
+
+def _causal_additive(q_len: int, k_len: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Bottom-right aligned causal mask, as a decoder with ``k_len - q_len`` cached tokens needs."""
+    q_pos = torch.arange(k_len - q_len, k_len, device=device)[:, None]
+    k_pos = torch.arange(k_len, device=device)[None, :]
+    out = torch.zeros(q_len, k_len, dtype=dtype, device=device)
+    return out.masked_fill_(k_pos > q_pos, torch.finfo(dtype).min)[None, None]
+
+
+def _rows(t: torch.Tensor | None, q0: int, q1: int) -> torch.Tensor | None:
+    """Query rows [q0, q1) of a (…, Q, K) bias or mask that may broadcast over queries."""
+    if t is None or t.shape[-2] == 1:
+        return t
+    return t[..., q0:q1, :]
+
+
+def temperature_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    position_bias: torch.Tensor | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """Attention with softmax((QKᵀ·scaling + bias)/τ + mask); the ``AttentionInterface`` entry of lengthx.
+
+    τ is ``module.lengthx_tau`` (default 1). When ``module.lengthx_stats`` holds an
+    :class:`~lengthx.attention.stats.AttentionStats`, P_max and entropy of every valid query row are
+    accumulated from the same scores (Algorithm 1's FindS), block by block over queries.
+    """
+    tau = float(getattr(module, TAU_ATTR, 1.0))
+    stats: AttentionStats | None = getattr(module, STATS_ATTR, None)
+    if tau == 1.0 and stats is None:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+            position_bias=position_bias, **kwargs,
+        )
+    if tau <= 0:
+        raise ValueError(f"temperature must be positive, got τ={tau} on {type(module).__name__}")
+    if scaling is None:
+        scaling = query.shape[-1] ** -0.5
+    groups = query.shape[1] // key.shape[1]
+    if groups > 1:  # grouped-query attention (LLaMA-style): repeat K/V heads
+        key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+    q_len, k_len = query.shape[-2], key.shape[-2]
+    mask = _to_additive(attention_mask, query.dtype)
+    if mask is None and getattr(module, "is_causal", False) and q_len > 1:
+        mask = _causal_additive(q_len, k_len, query.dtype, query.device)
+    key_t = key.transpose(-1, -2)
+    out = torch.empty_like(query)
+    for q0 in range(0, q_len, QUERY_BLOCK):
+        q1 = min(q0 + QUERY_BLOCK, q_len)
+        scores = torch.matmul(query[:, :, q0:q1], key_t) * scaling
+        bias = _rows(position_bias, q0, q1)
+        if bias is not None:
+            scores = scores + bias
+        scores = scores / tau
+        block_mask = _rows(mask, q0, q1)
+        if block_mask is not None:
+            scores = scores + block_mask
+        probs = torch.softmax(scores.float(), dim=-1)
+        if stats is not None:
+            stats.add(module, probs, block_mask, key_offset=k_len - q_len + q0)
+        probs = torch.nn.functional.dropout(probs, p=dropout, training=module.training)
+        out[:, :, q0:q1] = torch.matmul(probs.to(value.dtype), value)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register() -> None:
+    """Register :data:`ATTN_NAME` with transformers (idempotent). The mask function must be registered too,
+    otherwise transformers builds no mask for an unknown name and padding is silently ignored."""
+    AttentionInterface.register(ATTN_NAME, temperature_attention)
+    AttentionMaskInterface.register(ATTN_NAME, sdpa_mask)
+
+
+def set_temperature(modules: Sequence[torch.nn.Module], tau: float | Sequence[float]) -> None:
+    """Give each attention module its τ: one value for all, or one per module (per-layer alignment)."""
+    taus = [float(tau)] * len(modules) if isinstance(tau, (int, float)) else [float(t) for t in tau]
+    if len(taus) != len(modules):
+        raise ValueError(f"got {len(taus)} temperatures for {len(modules)} attention modules")
+    for module, t in zip(modules, taus, strict=True):
+        if t <= 0:
+            raise ValueError(f"temperature must be positive, got τ={t}")
+        setattr(module, TAU_ATTR, t)
+
+
+def clear_temperature(modules: Sequence[torch.nn.Module]) -> None:
+    """Remove τ from the modules (back to τ = 1)."""
+    for module in modules:
+        if hasattr(module, TAU_ATTR):
+            delattr(module, TAU_ATTR)

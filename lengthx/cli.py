@@ -1,0 +1,154 @@
+"""The ``lengthx`` command: run | calibrate | tables | ls (DESIGN §1, §11).
+
+``run`` and ``calibrate`` take Hydra overrides (``lengthx run task=passkey method=pmax``, ``-m`` sweeps,
+launchers); unknown config names fail before anything is loaded, with the valid names listed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+CONF_DIR = Path(os.environ.get("LENGTHX_CONF", PACKAGE_DIR.parent / "conf")).resolve()
+GROUPS = ("model", "method", "task", "profile", "experiment")
+USAGE = """usage: lengthx <command> [args]
+
+commands:
+  run [overrides]        run cells, e.g. lengthx run task=passkey method=pmax  (-m to sweep)
+  calibrate [overrides]  Algorithm 1: print and cache τ per setting, e.g. lengthx calibrate method=pmax
+  tables [--format latex|markdown|both] [--results-dir DIR] [--out DIR] [--compare-paper]
+  ls                     list models, methods, tasks, profiles and experiments
+"""
+
+
+class UsageError(Exception):
+    """A user mistake reported as one paragraph, without a traceback."""
+
+
+def choices(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def check_overrides(overrides: list[str]) -> None:
+    """Fail fast on unknown config-group choices (``task=pasky``), listing the valid names."""
+    for ov in overrides:
+        if "=" not in ov or ov.startswith("-"):
+            continue
+        key, value = ov.split("=", 1)
+        key = key.lstrip("+~").removeprefix("override ")
+        if key not in GROUPS:
+            continue
+        valid = choices(key)
+        for v in value.split(","):
+            if v and v not in valid:
+                raise UsageError(f"unknown {key} '{v}'. Valid {key} names: {', '.join(valid)}. "
+                                 f"See 'lengthx ls' for one line on each.")
+
+
+def _register_resolvers() -> None:
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("lengthx_pkg"):
+        OmegaConf.register_new_resolver("lengthx_pkg", lambda rel: str(PACKAGE_DIR / rel))
+
+
+def _hydra_entry(task_fn, argv: list[str], prog: str) -> None:
+    """Run ``task_fn(cfg)`` under Hydra with ``argv`` as overrides (so -m and launchers work)."""
+    import hydra
+
+    check_overrides(argv)
+    _register_resolvers()
+    sys.argv = [prog, *argv]
+    hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")(task_fn)()
+
+
+def _run(cfg) -> None:
+    from lengthx.models.loading import ModelNotAvailable
+    from lengthx.runner import Runner
+
+    try:
+        summary = Runner(cfg).run()
+    except ModelNotAvailable as err:
+        print(f"lengthx: {err}", file=sys.stderr)
+        sys.exit(2)
+    for s in summary:
+        print(f"{s['cell']:60s} {s['status']:6s} {s.get('value', '')}")
+
+
+def _calibrate(cfg) -> None:
+    import json
+
+    from lengthx.models.loading import ModelNotAvailable
+    from lengthx.runner import Runner, method_id
+
+    if cfg.method.name not in ("pmax", "entropy"):
+        print(f"lengthx calibrate needs method=pmax or method=entropy, got method={cfg.method.name}",
+              file=sys.stderr)
+        sys.exit(2)
+    try:
+        runner = Runner(cfg)
+        for setting in runner.settings():
+            from lengthx.runner import Cell
+
+            cell = Cell(cfg.model.name, method_id(cfg.method), runner.task.name, setting)
+            tau, path, cached = runner.aligned_temperature_with_source(cell)
+            info = json.loads(path.read_text())
+            ev = ", ".join(f"{k}:{v:.4f}" for k, v in info["evaluated"].items())
+            print(f"{cell.task} {setting.label:>6} ({setting.value} {setting.unit}): τ={tau:.2f}  "
+                  f"S̄_tr(1)={info['target']:.4f}  [{'cache' if cached else 'computed'}]  S̄_ex(τ): {ev}")
+    except ModelNotAvailable as err:
+        print(f"lengthx: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _ls() -> None:
+    from omegaconf import OmegaConf
+
+    _register_resolvers()
+    for group in GROUPS:
+        print(f"{group}s:" if group != "profile" else "profiles:")
+        for name in choices(group):
+            raw = OmegaConf.load(CONF_DIR / group / f"{name}.yaml")
+            desc = raw.get("description") or _first_comment(CONF_DIR / group / f"{name}.yaml")
+            extra = f" [{raw.get('family')}, L_tr={raw.get('l_tr')}, {raw.get('hub_id') or 'local'}]" \
+                if group == "model" else ""
+            print(f"  {name:20s} {desc}{extra}")
+
+
+def _first_comment(path: Path) -> str:
+    for line in path.read_text().splitlines():
+        if line.startswith("#") and not line.startswith("# @package"):
+            return line.lstrip("# ").strip()
+    return ""
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return
+    cmd, rest = argv[0], argv[1:]
+    try:
+        if cmd == "run":
+            _hydra_entry(_run, rest, "lengthx run")
+        elif cmd == "calibrate":
+            _hydra_entry(_calibrate, rest, "lengthx calibrate")
+        elif cmd == "tables":
+            from lengthx.tables import tables_main
+
+            tables_main(rest)
+        elif cmd == "ls":
+            _ls()
+        else:
+            raise UsageError(f"unknown command '{cmd}'. Valid commands: run, calibrate, tables, ls.")
+    except UsageError as err:
+        print(f"lengthx: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

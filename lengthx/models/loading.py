@@ -1,0 +1,120 @@
+"""Model loading (DESIGN §4): a hub id or ``model.path``; dtype and device; always ``.eval()``.
+
+Weights come from ``model.path`` when given, else the local Hugging Face cache, else the hub when it is
+reachable. When none has them, :class:`ModelNotAvailable` names the model, its hub id and ``model.path=``,
+instead of a stack trace of connection errors.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import torch
+from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+from lengthx.attention.temperature import register as register_attention
+from lengthx.models.families import Family, get_family
+
+
+class ModelNotAvailable(RuntimeError):
+    """The weights are neither at ``model.path``, nor in the local cache, nor reachable on the hub."""
+
+
+@dataclass
+class LoadedModel:
+    """A ready-to-run model: weights in eval mode, its tokenizer, family adapter and config entry."""
+
+    name: str
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    family: Family
+    l_tr: int
+    device: torch.device
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """``auto`` picks cuda > mps > cpu; anything else is passed to ``torch.device``."""
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device={device} was requested but no CUDA device is visible; use device=cpu or auto")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """``auto`` is bf16 on GPU and fp32 on CPU."""
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    try:
+        return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+                "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}[dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype={dtype!r}; use auto, float32, bfloat16 or float16") from None
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face endpoint answers a TCP connection (honours HF_HUB_OFFLINE and HF_ENDPOINT)."""
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        return False
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    try:
+        with socket.create_connection((host, 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _from_source(name: str, hub_id: str | None, path: str | None, loader: Any, **kwargs: Any) -> Any:
+    """Load with ``loader.from_pretrained`` from ``path``, the local cache, then the hub, in that order."""
+    if path:
+        if not Path(path).is_dir():
+            raise ModelNotAvailable(
+                f"model '{name}': model.path={path} is not a directory. Point model.path= at a directory "
+                "holding config.json and the weights (e.g. one written by save_pretrained)."
+            )
+        return loader.from_pretrained(path, **kwargs)
+    if not hub_id:
+        raise ModelNotAvailable(f"model '{name}' has no hub id and no model.path; set model.path=/local/dir")
+    try:
+        return loader.from_pretrained(hub_id, local_files_only=True, **kwargs)
+    except OSError:
+        pass
+    if hub_reachable():
+        try:
+            return loader.from_pretrained(hub_id, **kwargs)
+        except OSError:
+            pass
+    raise ModelNotAvailable(
+        f"model '{name}' (hub id {hub_id}) is not available: the Hugging Face hub is unreachable or does not "
+        f"have it, and it is not in the local cache. Download it on a machine with hub access "
+        f"(huggingface-cli download {hub_id}) and copy the cache, or pass model.path=/dir/with/{name}."
+    )
+
+
+def load_model(model_cfg: Any, device: str = "auto", dtype: str = "auto") -> LoadedModel:
+    """Load the model described by a ``conf/model`` entry (keys: name, hub_id, path, family, l_tr, large)."""
+    family = get_family(model_cfg.family)
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    register_attention()
+    kwargs: dict[str, Any] = {"dtype": torch_dtype, "attn_implementation": family.attn_implementation}
+    if model_cfg.get("large", False) and dev.type == "cuda":
+        kwargs["device_map"] = "auto"
+    loader = AutoModelForSeq2SeqLM if family.encoder_decoder else AutoModelForCausalLM
+    path = model_cfg.get("path")
+    tokenizer = _from_source(model_cfg.name, model_cfg.get("hub_id"), path, AutoTokenizer)
+    model = _from_source(model_cfg.name, model_cfg.get("hub_id"), path, loader, **kwargs)
+    if "device_map" not in kwargs:
+        model = model.to(dev)
+    model.eval()
+    return LoadedModel(model_cfg.name, model, tokenizer, family, int(model_cfg.l_tr), dev)

@@ -1,0 +1,246 @@
+"""Run cells: (model, method, task, setting) → per-example records → tidy CSV rows (DESIGN §1, §7).
+
+A finished cell is skipped; an interrupted one continues from its records; an OOM or exception in one cell
+becomes a ``status`` row and the sweep goes on with the next setting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
+
+from lengthx.alignment import calibrate, log_temperature
+from lengthx.attention.temperature import clear_temperature, set_temperature
+from lengthx.models.loading import LoadedModel, load_model
+from lengthx.results import ResultsStore, git_commit, now, safe_name, versions
+from lengthx.tasks import Example, Setting, build_task, resolve_settings
+
+log = logging.getLogger("lengthx")
+
+TEMPERATURE_METHODS = ("none", "fixed", "log", "pmax", "entropy")
+
+
+@dataclass
+class Cell:
+    """One table cell to compute."""
+
+    model: str
+    method: str
+    task: str
+    setting: Setting
+
+    @property
+    def key(self) -> str:
+        return f"{self.model}|{self.method}|{self.task}|{self.setting.label}"
+
+
+def method_id(method_cfg: Any) -> str:
+    """A method's name in results: ``fixed`` carries its τ, a non-default scope/search is appended."""
+    name = method_cfg.name
+    if name == "fixed":
+        name = f"fixed-{float(method_cfg.tau):g}"
+    if method_cfg.get("scope", "encoder") != "encoder":
+        name += f"-scope={method_cfg.scope}"
+    if name in ("pmax", "entropy") and method_cfg.get("search", "grid") != "grid":
+        name += f"-{method_cfg.search}"
+    return name
+
+
+def config_hash(cfg: DictConfig, setting: Setting) -> str:
+    """Hash of everything that decides a cell's numbers (not the results directory or device)."""
+    relevant = {
+        "model": OmegaConf.to_container(cfg.model, resolve=True),
+        "method": OmegaConf.to_container(cfg.method, resolve=True),
+        "task": {k: v for k, v in OmegaConf.to_container(cfg.task, resolve=True).items() if k != "settings"},
+        "setting": [setting.label, setting.value, setting.unit],
+        "dtype": cfg.dtype,
+    }
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def encode(loaded: LoadedModel, prompts: list[str]) -> dict[str, torch.Tensor]:
+    """Tokenise a batch (right padding for encoders, left padding for decoder-only generation)."""
+    tok = loaded.tokenizer
+    tok.padding_side = "right" if loaded.family.encoder_decoder else "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    batch = tok(prompts, return_tensors="pt", padding=True)
+    return {k: v.to(loaded.device) for k, v in batch.items() if k in ("input_ids", "attention_mask")}
+
+
+def generate(loaded: LoadedModel, prompts: list[str], max_new_tokens: int) -> list[str]:
+    """Greedy decoding; returns only the newly generated text."""
+    batch = encode(loaded, prompts)
+    with torch.no_grad():
+        out = loaded.model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
+                                    pad_token_id=loaded.tokenizer.pad_token_id)
+    if not loaded.family.encoder_decoder:
+        out = out[:, batch["input_ids"].shape[1]:]
+    return loaded.tokenizer.batch_decode(out, skip_special_tokens=True)
+
+
+class Runner:
+    """Runs every setting of one (model, method, task) configuration into a results store."""
+
+    def __init__(self, cfg: DictConfig, loaded: LoadedModel | None = None):
+        self.cfg = cfg
+        self.store = ResultsStore(Path(cfg.results_dir))
+        self.task = build_task(cfg.task)
+        self.method = cfg.method
+        if self.method.name not in TEMPERATURE_METHODS:
+            raise ValueError(f"method {self.method.name!r} is not runnable yet; runnable: "
+                             f"{', '.join(TEMPERATURE_METHODS)}")
+        self._loaded = loaded
+
+    @property
+    def loaded(self) -> LoadedModel:
+        if self._loaded is None:
+            self._loaded = load_model(self.cfg.model, device=self.cfg.device, dtype=self.cfg.dtype)
+        return self._loaded
+
+    def settings(self) -> list[Setting]:
+        return resolve_settings(self.cfg.task, self.cfg.profile.name, int(self.cfg.model.l_tr))
+
+    def run(self) -> list[dict[str, Any]]:
+        """Run all settings; returns a summary per cell (status, value of the first metric)."""
+        summary = []
+        for setting in self.settings():
+            cell = Cell(self.cfg.model.name, method_id(self.method), self.task.name, setting)
+            chash = config_hash(self.cfg, setting)
+            if self.store.is_done(cell.key, chash):
+                log.info("skip finished cell %s", cell.key)
+                summary.append({"cell": cell.key, "status": "done"})
+                continue
+            start = time.time()
+            try:
+                rows = self.run_cell(cell, chash)
+                status = "ok"
+            except torch.OutOfMemoryError as err:
+                rows, status = [self._status_row(cell, chash, "oom", err, start)], "oom"
+            except MemoryError as err:
+                rows, status = [self._status_row(cell, chash, "oom", err, start)], "oom"
+            except Exception as err:  # one failing cell must not sink the sweep
+                if type(err).__name__ == "ModelNotAvailable":
+                    raise
+                log.exception("cell %s failed", cell.key)
+                rows, status = [self._status_row(cell, chash, "error", err, start)], "error"
+            self.store.append_rows(rows, cell.key, chash)
+            summary.append({"cell": cell.key, "status": status, **({"value": rows[0]["value"]} if rows else {})})
+            if status != "ok":
+                torch.cuda.empty_cache() if torch.cuda.is_available() else None
+        return summary
+
+    # ---- one cell ---------------------------------------------------------------------------------------
+    def examples(self, setting: Setting, seed_offset: int = 0, n: int | None = None) -> list[Example]:
+        if n is None:
+            n = self.cfg.task.num_examples or self.cfg.profile.get("num_examples") or self.cfg.task.paper_num_examples
+        return self.task.examples(setting, self.loaded.tokenizer, int(n), int(self.cfg.task.seed) + seed_offset)
+
+    def temperature(self, cell: Cell, examples: list[Example]) -> float:
+        """τ of the method for this setting (1 for ``none``); Algorithm 1 goes through the cache."""
+        name, l_tr = self.method.name, self.loaded.l_tr
+        l_ex = sum(e.actual_tokens for e in examples) / len(examples)
+        if name == "none":
+            return 1.0
+        if name == "fixed":
+            return float(self.method.tau)
+        if name == "log":
+            return log_temperature(l_ex, l_tr)
+        return self.aligned_temperature(cell)
+
+    def aligned_temperature(self, cell: Cell) -> float:
+        """Algorithm 1 for ``pmax``/``entropy``, cached per (model, task, setting, mode, search)."""
+        return self.aligned_temperature_with_source(cell)[0]
+
+    def aligned_temperature_with_source(self, cell: Cell) -> tuple[float, Path, bool]:
+        """(τ, cache file, whether it came from the cache) of Algorithm 1 for this cell."""
+        m = self.method
+        cal = m.calibration
+        key = {"model": OmegaConf.to_container(self.cfg.model, resolve=True), "task": cell.task,
+               "setting": [cell.setting.label, cell.setting.value, cell.setting.unit], "mode": m.name,
+               "search": m.search, "scope": m.scope, "n": int(cal.num_examples), "seed": int(self.cfg.task.seed)}
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+        path = (Path(self.cfg.results_dir) / "calibration" /
+                safe_name(f"{cell.model}__{cell.task}__{cell.setting.label}__{m.name}__{digest}.json"))
+        if path.exists():
+            return float(json.loads(path.read_text())["tau"]), path, True
+        n = int(cal.num_examples)
+        ref_setting = Setting("L_tr", self.loaded.l_tr, "tokens")
+        reference = [encode(self.loaded, [e.prompt]) for e in self.examples(ref_setting, cal.reference_seed_offset, n)]
+        extra = [encode(self.loaded, [e.prompt]) for e in self.examples(cell.setting, cal.seed_offset, n)]
+        result = calibrate(self.loaded, reference, extra, m.name, m.scope, m.search)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({**key, "tau": result.tau, "target": result.target,
+                                   "evaluated": {str(k): v for k, v in result.evaluated.items()}}, indent=1))
+        tmp.replace(path)
+        log.info("%s: τ=%s (target %.4f, %d forward passes)", cell.key, result.tau, result.target,
+                 result.forward_passes)
+        return result.tau, path, False
+
+    def run_cell(self, cell: Cell, chash: str) -> list[dict[str, Any]]:
+        start = time.time()
+        examples = self.examples(cell.setting)
+        tau = self.temperature(cell, examples)
+        done = self.store.load_records(cell.key)
+        modules = self.loaded.family.temperature_modules(self.loaded.model, self.method.scope) \
+            if tau != 1.0 else []
+        set_temperature(modules, tau)
+        scores: list[dict[str, float]] = []
+        metric0 = self.task.metrics[0]
+        bs = max(1, int(self.cfg.batch_size))
+        try:
+            bar = tqdm(total=len(examples), desc=cell.key, unit="ex", leave=False)
+            todo = []
+            for ex in examples:
+                rec = done.get(ex.id)
+                if rec is not None and rec.get("prompt_hash") == ex.prompt_hash and rec.get("tau") == tau:
+                    scores.append(rec["scores"])
+                    bar.update(1)
+                else:
+                    todo.append(ex)
+            for i in range(0, len(todo), bs):
+                chunk = todo[i:i + bs]
+                outputs = generate(self.loaded, [e.prompt for e in chunk], self.task.max_new_tokens)
+                for ex, output in zip(chunk, outputs, strict=True):
+                    sc = self.task.score(output, ex)
+                    self.store.append_record(cell.key, {
+                        "id": ex.id, "prompt_hash": ex.prompt_hash, "target": ex.target, "output": output,
+                        "scores": sc, "tau": tau, "requested_tokens": ex.requested_tokens,
+                        "actual_tokens": ex.actual_tokens, "meta": ex.meta})
+                    scores.append(sc)
+                bar.update(len(chunk))
+                bar.set_postfix({metric0: f"{sum(s[metric0] for s in scores) / len(scores):.1f}"})
+            bar.close()
+        finally:
+            clear_temperature(modules)
+        req = [e.requested_tokens for e in examples if e.requested_tokens is not None]
+        base = self._base_row(cell, chash, start)
+        base.update(tau=tau, n=len(scores), L_req=round(sum(req) / len(req)) if req else "",
+                    L_ex=round(sum(e.actual_tokens for e in examples) / len(examples), 1), status="ok")
+        return [{**base, "metric": m, "value": round(sum(s[m] for s in scores) / len(scores), 4)}
+                for m in self.task.metrics]
+
+    def _base_row(self, cell: Cell, chash: str, start: float) -> dict[str, Any]:
+        return {
+            "paper": self.cfg.task.paper, "table": self.cfg.get("table") or self.cfg.task.table,
+            "model": cell.model, "method": cell.method, "task": cell.task, "setting": cell.setting.label,
+            "L_tr": self.cfg.model.l_tr, "seed": self.cfg.task.seed, "cell": cell.key, "config_hash": chash,
+            "git_commit": git_commit(), "versions": versions(), "device": str(self._loaded.device)
+            if self._loaded else self.cfg.device, "seconds": round(time.time() - start, 2), "timestamp": now(),
+        }
+
+    def _status_row(self, cell: Cell, chash: str, status: str, err: BaseException, start: float) -> dict[str, Any]:
+        row = self._base_row(cell, chash, start)
+        row.update(status=status, metric=self.task.metrics[0], value="", n=0,
+                   message=f"{type(err).__name__}: {err}"[:500])
+        return row

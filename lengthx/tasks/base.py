@@ -1,0 +1,57 @@
+"""What every task provides: examples at a setting, a scoring rule, and per-task generation length.
+
+Settings (DESIGN §3): each task has the paper's settings (``paper_settings`` in ``paper_unit``, with
+column labels) and the approximate token lengths ``paper_l_ex`` they correspond to at the paper's L_tr.
+The ``paper`` profile runs the paper's settings as they are; the ``mini`` profile scales ``paper_l_ex`` by
+L_tr(model) / L_tr(paper), so "15k tokens at L_tr 512" keeps its ratio on a small model. An explicit
+``task.settings=[…]`` runs those values in ``task.unit``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One point on a task's sweep axis: its table column label, a value and the value's unit."""
+
+    label: str
+    value: int
+    unit: str  # "tokens" (fitted with the tokenizer) or a task-specific unit such as "chars"
+
+
+@dataclass
+class Example:
+    """One prompt with its target; ``requested_tokens``/``actual_tokens`` record the length fitting."""
+
+    id: str
+    prompt: str
+    target: Any
+    requested_tokens: int | None
+    actual_tokens: int
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def prompt_hash(self) -> str:
+        return hashlib.sha256(self.prompt.encode()).hexdigest()[:16]
+
+
+def label_for(value: int) -> str:
+    """Column label of an explicit setting: 20000 → "20k", 15000 → "15k", 680 → "680"."""
+    return f"{value // 1000}k" if value >= 1000 and value % 1000 == 0 else str(value)
+
+
+def resolve_settings(task_cfg: Any, profile: str, l_tr: int) -> list[Setting]:
+    """The settings a run sweeps, from the task config, the profile and the model's training length."""
+    explicit = task_cfg.get("settings")
+    if explicit:
+        unit = task_cfg.get("unit") or "tokens"
+        return [Setting(label_for(int(v)), int(v), unit) for v in explicit]
+    labels = list(task_cfg.labels)
+    if profile == "paper":
+        return [Setting(lb, int(v), task_cfg.paper_unit) for lb, v in zip(labels, task_cfg.paper_settings, strict=True)]
+    scale = l_tr / float(task_cfg.paper_l_tr)
+    return [Setting(lb, round(float(v) * scale), "tokens") for lb, v in zip(labels, task_cfg.paper_l_ex, strict=True)]
