@@ -131,7 +131,8 @@ class Runner:
             except Exception as err:  # one failing cell must not sink the sweep
                 if type(err).__name__ == "ModelNotAvailable":
                     raise
-                log.exception("cell %s failed", cell.key)
+                log.error("cell %s failed: %s: %s (recorded as a status row; the sweep goes on)", cell.key,
+                          type(err).__name__, err)
                 rows, status = [self._status_row(cell, chash, "error", err, start)], "error"
             self.store.append_rows(rows, cell.key, chash)
             summary.append({"cell": cell.key, "status": status, **({"value": rows[0]["value"]} if rows else {})})

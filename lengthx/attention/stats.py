@@ -1,29 +1,108 @@
-"""Attention statistics for Algorithm 1 (paper A §4): mean P_max and entropy of softmax(l/τ).
+"""Attention statistics for Algorithm 1 and Propositions 1-2 (paper A §4-§5, DESIGN §5, §9).
 
-An :class:`AttentionStats` is attached to the attention modules it watches; the temperature attention
-function (``lengthx.attention.temperature``) feeds it one query block at a time, so no more than one
-block of scores ever exists. Only *valid* query rows count (a padding token's own row is skipped), and
-masked keys carry zero probability, so they drop out of both statistics.
+An :class:`AttentionStats` is attached to the attention modules it watches; the attention paths
+(``lengthx.attention.temperature`` and ``lengthx.attention.t5_efficient``) feed it one query block at a
+time, so no more than one block of scores ever exists. Only *valid* query rows count (a padding token's own
+row is skipped), and masked keys carry zero probability, so they drop out of both statistics.
+
+Two families of statistics:
+
+* **P_max and entropy** (Algorithm 1's FindS) of softmax(l/τ), per (layer, head), averaged over valid query
+  rows. From a block of scores s (already divided by τ, masked keys at −∞) with row maximum m and
+  Z = Σ exp(s − m): P_max = 1/Z and H = log Z − Σ exp(s − m)(s − m) / Z, so both come almost free once the
+  scores exist (:func:`softmax_stats_`).
+* **The average logit vector of one layer** (opt-in, layer 0 by default; Propositions 1-2, Table 7,
+  Figures 2/5): sort each of the H×L pre-softmax logit vectors l = QKᵀ·scaling + bias (one per head and
+  valid query row, over the valid keys only), average them entry-wise and shift the result to zero mean.
+  σ is its standard deviation, l_max its largest entry, and its quantiles against N(0, σ²) give the QQ plot.
+
+  *Temperature.* The vector is always of the raw logits l, i.e. at τ = 1, whatever τ is in effect during
+  the pass (Propositions 1-2 take σ of the raw logits; the vector at temperature τ is exactly l̄/τ, because
+  sorting and averaging commute with a positive scale — :meth:`AttentionStats.logit_vector` takes ``tau``).
+
+  *Padding.* Without padding every vector has the same length L and the average is the plain entry-wise
+  mean. With padding a row over n < G valid keys is resampled to a common grid of G points by linear
+  interpolation of its sorted values at positions k·(n−1)/(G−1), k = 0…G−1 (its empirical quantile
+  function evaluated on an even grid), before averaging. G is ``logit_grid`` when given, else the longest
+  valid key count of the first batch seen (the attention paths pass it as ``grid_hint``), so rows of that
+  length are taken exactly.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
 
 from lengthx.attention.temperature import STATS_ATTR
 
+# the logit-vector capture sorts at most this many logits at once (bounded memory, DESIGN §9)
+SORT_CHUNK_ELEMENTS = 1 << 22
+
+
+def softmax_stats_(
+    scores: torch.Tensor, probs_out: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Unnormalised softmax of a score block plus P_max and entropy per row, mostly in place (DESIGN §9).
+
+    ``scores`` (…, K) holds s = l/τ + mask (masked keys at a very negative finite value); it is
+    overwritten. Returns ``(e, z, pmax, entropy)`` with e = exp(s − m) (written to ``probs_out`` when
+    given, a buffer shaped like ``scores``), z = Σ e, pmax = 1/z and entropy = log z − Σ e(s − m)/z. The
+    normalised probabilities are e / z[..., None]; masked keys get e = 0 and add nothing.
+    """
+    m = scores.amax(-1, keepdim=True)
+    scores.sub_(m)
+    e = torch.exp(scores, out=probs_out) if probs_out is not None else torch.exp(scores)
+    z = e.sum(-1)
+    weighted = scores.mul_(e).sum(-1)  # Σ e·(s − m); scores is no longer needed
+    pmax = z.reciprocal()
+    entropy = z.log() - weighted * pmax
+    return e, z, pmax, entropy
+
+
+def validity_from_mask(
+    mask: torch.Tensor | None, batch: int, rows: int, keys: int, key_offset: int
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(row_valid (B, rows), key_valid (B, rows|1, keys) or None) of an additive or boolean mask block.
+
+    Query row i is position ``key_offset + i`` among the keys; it is valid when its own key is unmasked
+    (self-attention: padding is shared by queries and keys). ``key_valid`` is None without a mask.
+    """
+    if mask is None:
+        return torch.ones(batch, rows, dtype=torch.bool), None
+    keep = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+    keep = keep[:, 0]  # (B, rows|1, K): the head dim of transformers' masks is 1
+    idx = torch.arange(rows, device=mask.device)
+    row_idx = idx if keep.shape[-2] > 1 else torch.zeros_like(idx)
+    row_valid = keep[:, row_idx, (key_offset + idx).clamp(max=keys - 1)]
+    return row_valid.expand(batch, rows), keep.expand(batch, *keep.shape[1:])
+
 
 class AttentionStats:
-    """Per (layer, head) sums of P_max and entropy H over valid query rows, for the modules given."""
+    """Per (layer, head) sums of P_max and entropy H over valid query rows, for the modules given.
 
-    def __init__(self, modules: Sequence[torch.nn.Module]):
+    ``logit_vector=True`` additionally collects the average logit vector of ``modules[logit_layer]``
+    (layer 0 of the encoder for the T5 adapter's module list; see the module docstring for the exact
+    definition with padding and temperature). It costs a sort of every logit row of that layer.
+    """
+
+    def __init__(
+        self,
+        modules: Sequence[torch.nn.Module],
+        logit_vector: bool = False,
+        logit_layer: int = 0,
+        logit_grid: int | None = None,
+    ):
         self.modules = list(modules)
         self._index = {id(m): i for i, m in enumerate(self.modules)}
         self._pmax: torch.Tensor | None = None  # (layers, heads), float64 sums
         self._entropy: torch.Tensor | None = None
         self._rows = torch.zeros(len(self.modules), dtype=torch.float64)
+        self._logit_module = id(self.modules[logit_layer]) if logit_vector and self.modules else None
+        self._grid = logit_grid
+        self._lv_sum: torch.Tensor | None = None  # (G,), float64
+        self._lv_count = 0
 
     def __enter__(self) -> AttentionStats:
         for m in self.modules:
@@ -34,6 +113,8 @@ class AttentionStats:
         for m in self.modules:
             if getattr(m, STATS_ATTR, None) is self:
                 delattr(m, STATS_ATTR)
+
+    # ---- P_max and entropy -------------------------------------------------------------------------------
 
     def add(
         self,
@@ -46,18 +127,17 @@ class AttentionStats:
 
         A row is valid when its own position is an unmasked key (self-attention: padding is shared).
         """
+        b, _, q, k = probs.shape
+        valid, _ = validity_from_mask(mask, b, q, k, key_offset)
+        self.add_rows(module, probs.amax(-1), torch.special.entr(probs).sum(-1), valid)
+
+    def add_rows(
+        self, module: torch.nn.Module, pmax: torch.Tensor, entropy: torch.Tensor, valid: torch.Tensor
+    ) -> None:
+        """Accumulate per-row statistics ``pmax`` and ``entropy`` (B, H, q) of the rows ``valid`` (B, q)."""
         layer = self._index[id(module)]
-        b, h, q, _ = probs.shape
-        if mask is None:
-            valid = torch.ones(b, q, dtype=torch.bool, device=probs.device)
-        else:
-            rows = torch.arange(q, device=probs.device)
-            row_idx = rows if mask.shape[-2] > 1 else torch.zeros_like(rows)
-            diag = mask[:, 0, row_idx, key_offset + rows]  # (B, q)
-            valid = diag > torch.finfo(mask.dtype).min / 2
-        pmax = probs.amax(-1)  # (B, H, q)
-        entropy = torch.special.entr(probs).sum(-1)
-        w = valid[:, None, :].to(torch.float64)
+        h = pmax.shape[1]
+        w = valid[:, None, :].to(device=pmax.device, dtype=torch.float64)
         pm, en = (pmax.double() * w).sum((0, 2)), (entropy.double() * w).sum((0, 2))
         if self._pmax is None:
             self._pmax = torch.zeros(len(self.modules), h, dtype=torch.float64)
@@ -84,3 +164,103 @@ class AttentionStats:
         """S̄ of Algorithm 1: the mean over layers, heads and valid query rows (mode ``pmax`` or ``entropy``)."""
         per_head = {"pmax": self.pmax, "entropy": self.entropy}[mode]()
         return float(per_head.mean())
+
+    # ---- average logit vector (Propositions 1-2) ---------------------------------------------------------
+
+    def wants_logits(self, module: torch.nn.Module) -> bool:
+        """Whether the attention path should pass this module's pre-softmax logits to :meth:`add_logits`."""
+        return self._logit_module is not None and id(module) == self._logit_module
+
+    def add_logits(
+        self,
+        module: torch.nn.Module,
+        logits: torch.Tensor,
+        row_valid: torch.Tensor,
+        key_valid: torch.Tensor | None = None,
+        tau: float = 1.0,
+        grid_hint: int | None = None,
+    ) -> None:
+        """Accumulate sorted logit rows of a block for the average logit vector.
+
+        ``logits`` (B, H, q, K) are l/``tau`` (the raw logits scaled by the τ in effect; they are multiplied
+        back, so the vector is of l). Only rows ``row_valid`` (B, q) count, each over its keys
+        ``key_valid`` (B, q|1, K) (all keys when None). Key order does not matter (rows are sorted).
+        """
+        if not self.wants_logits(module):
+            return
+        b_size, h, q, k = logits.shape
+        if self._grid is None:
+            if grid_hint is None:
+                grid_hint = k if key_valid is None else int(key_valid.sum(-1).max())
+            self._grid = max(int(grid_hint), 1)
+        grid = self._grid
+        if self._lv_sum is None:
+            self._lv_sum = torch.zeros(grid, dtype=torch.float64)
+        chunk = max(1, SORT_CHUNK_ELEMENTS // max(1, h * k))
+        for b in range(b_size):
+            rows = row_valid[b].nonzero().squeeze(-1)
+            for c0 in range(0, rows.numel(), chunk):
+                sel = rows[c0:c0 + chunk].to(logits.device)
+                x = logits[b].index_select(1, sel).float()  # (H, c, K), a copy
+                if key_valid is None:
+                    counts = torch.full((h * sel.numel(),), k, dtype=torch.long, device=x.device)
+                else:
+                    kv = key_valid[b]
+                    kv = kv.index_select(0, sel) if kv.shape[0] > 1 else kv.expand(sel.numel(), k)
+                    x.masked_fill_(~kv[None], math.inf)  # masked keys sort to the end
+                    counts = kv.sum(-1).repeat(h)
+                x = x.sort(-1).values.reshape(-1, k)
+                res = _resample_sorted(x, counts, grid)
+                self._lv_sum += res.double().sum(0).cpu() * float(tau)
+                self._lv_count += res.shape[0]
+
+    def logit_vector(self, tau: float = 1.0) -> torch.Tensor:
+        """The zero-mean average logit vector (ascending, length G, float64) of raw logits l / ``tau``."""
+        if self._lv_sum is None or self._lv_count == 0:
+            raise RuntimeError("no logit vector was recorded: create AttentionStats(..., logit_vector=True) and "
+                               "run a forward pass with the lengthx attention implementation")
+        v = self._lv_sum / self._lv_count
+        return (v - v.mean()) / float(tau)
+
+    def logit_sigma(self, tau: float = 1.0) -> float:
+        """σ of the average logit vector (population standard deviation over its G entries)."""
+        return float(self.logit_vector(tau).std(correction=0))
+
+    def logit_lmax(self, tau: float = 1.0) -> float:
+        """l_max: the largest entry of the zero-mean average logit vector (paper A Table 7)."""
+        return float(self.logit_vector(tau).max())
+
+    def logit_qq(self, points: int | None = None, tau: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """(theoretical, sample) quantiles for a QQ plot against N(0, σ²) (paper A Figures 2/5).
+
+        Entry k of the G-entry vector is matched with σ·Φ⁻¹((k + 0.5)/G); ``points`` evenly spaced entries
+        are kept when given.
+        """
+        v = self.logit_vector(tau)
+        g = v.numel()
+        theo = float(v.std(correction=0)) * torch.special.ndtri((torch.arange(g, dtype=torch.float64) + 0.5) / g)
+        if points is not None and points < g:
+            idx = torch.linspace(0, g - 1, points).round().long()
+            theo, v = theo[idx], v[idx]
+        return theo, v
+
+    @property
+    def logit_rows(self) -> int:
+        """How many logit vectors (head × valid query row) were averaged."""
+        return self._lv_count
+
+
+def _resample_sorted(x: torch.Tensor, counts: torch.Tensor, grid: int) -> torch.Tensor:
+    """Rows of ``x`` (R, K) sorted ascending, the first ``counts[r]`` entries valid → (R, grid) by linear
+    interpolation at positions k·(n−1)/(grid−1); exact when n == grid."""
+    r, k = x.shape
+    if grid == k and bool((counts == k).all()):
+        return x
+    n = counts.to(torch.float64)[:, None]
+    steps = torch.arange(grid, dtype=torch.float64, device=x.device)[None, :]
+    pos = steps * (n - 1) / max(grid - 1, 1) if grid > 1 else torch.zeros(r, 1, dtype=torch.float64)
+    lo = pos.floor().long().clamp(min=0)
+    hi = torch.minimum(lo + 1, counts[:, None] - 1).clamp(min=0)
+    lo = torch.minimum(lo, counts[:, None] - 1).clamp(min=0)
+    w = (pos - lo.to(torch.float64)).clamp(0, 1)
+    return x.gather(1, lo) * (1 - w) + x.gather(1, hi) * w

@@ -8,6 +8,9 @@ through stock SDPA unchanged, so τ = 1 is bit-identical to stock transformers.
 
 Any family whose attention dispatches through ``AttentionInterface`` (T5, GPT-2, GPT-NeoX, LLaMA) is served
 by the same function; which modules receive τ is decided by the family adapter (``lengthx.models.families``).
+When T5's ``position_bias`` is a table of relative offsets (``lengthx.attention.t5_efficient``, DESIGN §9)
+rather than a tensor, the call is handed to that object's memory-efficient path, with the same τ and
+statistics semantics.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.masking_utils import AttentionMaskInterface, bidirectional_mask_function, sdpa_mask
 
 if TYPE_CHECKING:
     from lengthx.attention.stats import AttentionStats
@@ -70,6 +73,10 @@ def temperature_attention(
     """
     tau = float(getattr(module, TAU_ATTR, 1.0))
     stats: AttentionStats | None = getattr(module, STATS_ATTR, None)
+    if getattr(position_bias, "lengthx_efficient", False):  # T5 offset table (lengthx.attention.t5_efficient)
+        out = position_bias.attend(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
+                                   tau=tau, stats=stats)
+        return out, None
     if tau == 1.0 and stats is None:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
@@ -87,6 +94,7 @@ def temperature_attention(
     if mask is None and getattr(module, "is_causal", False) and q_len > 1:
         mask = _causal_additive(q_len, k_len, query.dtype, query.device)
     key_t = key.transpose(-1, -2)
+    want_logits = stats is not None and stats.wants_logits(module)
     out = torch.empty_like(query)
     for q0 in range(0, q_len, QUERY_BLOCK):
         q1 = min(q0 + QUERY_BLOCK, q_len)
@@ -94,8 +102,13 @@ def temperature_attention(
         bias = _rows(position_bias, q0, q1)
         if bias is not None:
             scores = scores + bias
-        scores = scores / tau
         block_mask = _rows(mask, q0, q1)
+        if want_logits:  # raw logits l, before τ and mask (average logit vector, DESIGN §5)
+            from lengthx.attention.stats import validity_from_mask
+
+            row_valid, key_valid = validity_from_mask(block_mask, scores.shape[0], q1 - q0, k_len, k_len - q_len + q0)
+            stats.add_logits(module, scores, row_valid, key_valid, tau=1.0)
+        scores = scores / tau
         if block_mask is not None:
             scores = scores + block_mask
         probs = torch.softmax(scores.float(), dim=-1)
@@ -106,11 +119,33 @@ def temperature_attention(
     return out.transpose(1, 2).contiguous(), None
 
 
+def lengthx_mask(
+    batch_size: int,
+    q_length: int,
+    kv_length: int,
+    q_offset: int = 0,
+    kv_offset: int = 0,
+    mask_function=None,  # noqa: ANN001 - transformers' mask-function callable
+    attention_mask: torch.Tensor | None = None,
+    **kwargs,
+) -> torch.Tensor | None:
+    """transformers' ``sdpa_mask``, except that a plain bidirectional (padding-only) mask is returned as a
+    (B, 1, L_q, L_k) *view* broadcast over queries instead of a materialised tensor: the same values for
+    every consumer, without L_q·L_k bytes per example at long lengths (DESIGN §9)."""
+    if mask_function is None:
+        return sdpa_mask(batch_size, q_length, kv_length, q_offset, kv_offset,
+                         attention_mask=attention_mask, **kwargs)
+    if mask_function is bidirectional_mask_function and q_length > 1 and not kwargs.get("use_vmap", False):
+        mask = sdpa_mask(batch_size, 1, kv_length, q_offset, kv_offset, mask_function, attention_mask, **kwargs)
+        return None if mask is None else mask.expand(mask.shape[0], mask.shape[1], q_length, kv_length)
+    return sdpa_mask(batch_size, q_length, kv_length, q_offset, kv_offset, mask_function, attention_mask, **kwargs)
+
+
 def register() -> None:
     """Register :data:`ATTN_NAME` with transformers (idempotent). The mask function must be registered too,
     otherwise transformers builds no mask for an unknown name and padding is silently ignored."""
     AttentionInterface.register(ATTN_NAME, temperature_attention)
-    AttentionMaskInterface.register(ATTN_NAME, sdpa_mask)
+    AttentionMaskInterface.register(ATTN_NAME, lengthx_mask)
 
 
 def set_temperature(modules: Sequence[torch.nn.Module], tau: float | Sequence[float]) -> None:

@@ -7,7 +7,9 @@ runs of digits are cut into groups of at most ``digit_group`` digits from the le
 model sees them (``31415`` -> ``314`` ``15``), and every group of up to ``digit_group`` digits is forced
 into the vocabulary. A number of 1..50000 (passkey keys, LongEval values) is then one or two tokens that
 always tokenize the same way, which a small encoder-decoder copies far more easily than digit by digit.
-Newlines are kept as their own tokens (T5 collapses them) so that line-structured prompts keep their shape.
+Newlines are kept as their own tokens (T5 collapses them) so that line-structured prompts keep their shape,
+and punctuation is split off words, so that a word tokenizes the same way before ``:`` as before ``?``
+(a LongEval line index must look the same in its line and in the question).
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ def train_tokenizer(
     steps: list[pre_tokenizers.PreTokenizer] = [
         pre_tokenizers.Split("\n", behavior="isolated"),
         pre_tokenizers.Metaspace(replacement=SPACE, prepend_scheme="first", split=True),
+        pre_tokenizers.Split(Regex(rf"[^\w\s{SPACE}]"), behavior="isolated"),
     ]
     if digit_group > 0:
         steps.append(pre_tokenizers.Split(Regex(rf"\d{{1,{digit_group}}}"), behavior="isolated"))
@@ -130,6 +133,7 @@ def _with_pieces(tok: Tokenizer, pieces: list[str]) -> Tokenizer:
 
 
 def is_single_token(tokenizer: PreTrainedTokenizerFast, piece: str) -> bool:
-    """Whether ``piece`` (written after a non-space character) is one token of ``tokenizer``."""
+    """Whether ``piece`` written right after a non-digit, non-space character (as in ``<31415>``) comes
+    out as exactly one token of ``tokenizer``."""
     ids = tokenizer("<" + piece, add_special_tokens=False)["input_ids"]
-    return len(ids) == 2 and tokenizer.convert_ids_to_tokens(ids[1]) == piece
+    return bool(ids) and tokenizer.convert_ids_to_tokens(ids[-1]) == piece

@@ -1,0 +1,247 @@
+"""Benchmark of T5 encoder attention: stock eager, stock SDPA and lengthx's offset-table path (issue 3, DESIGN §9).
+
+A T5 encoder of 8 heads, 6 layers, d_model 512 (d_kv 64, d_ff 2048, random weights built from a config)
+runs one forward pass per variant and length, each variant in its own subprocess so that peak RSS is per
+variant, all side by side in one run. Every child runs under an address-space limit (``--mem-limit-gb``),
+so a variant that needs more memory than the machine has fails with an allocation error (reported as OOM)
+instead of taking the machine down. Times and peak RSS are reported as ratios to stock SDPA on the same
+input. Achieved GFLOP/s (nominal dense FLOPs of the forward / time) is compared with a large fp32 matmul on
+the same machine and thread count (the practical roofline).
+
+Variants: ``eager`` and ``sdpa`` (stock transformers); ``ours`` (SDPA over the zero-copy bias view);
+``ours-explicit`` (explicit-softmax query blocks, no statistics); ``ours+stats`` (explicit path with P_max
+and entropy capture, Algorithm 1); ``ours+logits`` (stats plus layer 0's average logit vector, Props. 1-2);
+and ``*-pad`` variants on a right-padded batch of two (lengths L and 3L/4).
+
+    python scripts/bench_attention.py            # 2k, 4k, 8k, 16k -> results/bench/attention.md
+    python scripts/bench_attention.py --quick    # 512, 1024: a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8,
+              relative_attention_num_buckets=32, relative_attention_max_distance=128, dropout_rate=0.0,
+              feed_forward_proj="relu", is_encoder_decoder=False, use_cache=False)
+VARIANTS = ("eager", "sdpa", "ours", "ours-explicit", "ours+stats", "ours+logits",
+            "sdpa-pad", "ours-pad", "ours+stats-pad")
+BASELINE = {v: ("sdpa-pad" if v.endswith("-pad") else "sdpa") for v in VARIANTS}
+FULL_LENGTHS = (2048, 4096, 8192, 16384)
+QUICK_LENGTHS = (512, 1024)
+
+
+# ---- child: one variant at one length -------------------------------------------------------------------
+
+
+def _nominal_flops(lengths: list[int]) -> float:
+    """Dense FLOPs of the encoder forward (matmuls only): projections, QKᵀ and PV, feed-forward."""
+    c = CONFIG
+    inner = c["num_heads"] * c["d_kv"]
+    total = 0.0
+    for n in lengths:
+        per_layer = 2 * n * c["d_model"] * inner * 4 + 2 * 2 * n * n * inner + 2 * 2 * n * c["d_model"] * c["d_ff"]
+        total += c["num_layers"] * per_layer
+    return total
+
+
+def _child(variant: str, length: int, repeats: int) -> dict:
+    import torch
+    from transformers import T5Config, T5EncoderModel
+
+    from lengthx.attention.stats import AttentionStats
+    from lengthx.attention.t5_efficient import enable_efficient_t5
+    from lengthx.attention.temperature import ATTN_NAME, register
+
+    torch.manual_seed(0)
+    base = variant.removesuffix("-pad")
+    attn = {"eager": "eager", "sdpa": "sdpa"}.get(base, ATTN_NAME)
+    register()
+    model = T5EncoderModel(T5Config(**CONFIG)).eval()
+    model.set_attn_implementation(attn)
+    if base.startswith("ours"):
+        enable_efficient_t5(model, mode="always", backend="explicit" if base == "ours-explicit" else "auto")
+    padded = variant.endswith("-pad")
+    lengths = [length, (3 * length) // 4] if padded else [length]
+    ids = torch.randint(3, CONFIG["vocab_size"], (len(lengths), length))
+    mask = torch.zeros(len(lengths), length, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = 1
+    modules = [blk.layer[0].SelfAttention for blk in model.encoder.block]
+    want_stats = "stats" in base or "logits" in base
+    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    times = []
+    for _ in range(repeats):
+        with torch.inference_mode():
+            stats = AttentionStats(modules, logit_vector="logits" in base) if want_stats else None
+            t0 = time.perf_counter()
+            if stats is not None:
+                with stats:
+                    model(input_ids=ids, attention_mask=mask if padded else None)
+            else:
+                model(input_ids=ids, attention_mask=mask if padded else None)
+            times.append(time.perf_counter() - t0)
+    out = dict(status="ok", seconds=min(times), peak_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+               base_gib=base_rss, gflops=_nominal_flops(lengths) / 1e9, threads=torch.get_num_threads())
+    if stats is not None:
+        out["pmax"] = stats.mean("pmax")
+        if "logits" in base:
+            out["sigma"] = stats.logit_sigma()
+    return out
+
+
+def _roofline(size: int = 4096, repeats: int = 3) -> float:
+    """GFLOP/s of a large fp32 matmul (the practical peak of this machine at this thread count)."""
+    import torch
+
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return 2 * size**3 / best / 1e9
+
+
+# ---- parent: orchestrate, format ---------------------------------------------------------------------------
+
+
+def _run_variant(variant: str, length: int, repeats: int, mem_limit: int, timeout: float) -> dict:
+    cmd = [sys.executable, __file__, "--child", variant, str(length), "--repeats", str(repeats)]
+
+    def limit() -> None:  # runs in the child before exec: cap its address space
+        resource.setrlimit(resource.RLIMIT_AS, (mem_limit, mem_limit))
+
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, preexec_fn=limit, env=env,
+                              cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return dict(status="timeout")
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode == 0 and lines:
+        return json.loads(lines[-1])
+    err = proc.stderr.strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+    oom = proc.returncode < 0 or any(s in proc.stderr for s in ("can't allocate memory", "MemoryError",
+                                                                   "out of memory", "std::bad_alloc"))
+    return dict(status="OOM" if oom else "failed", error=err[0][:200])
+
+
+def _mem_available() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 16 * 2**30
+
+
+def _fmt(res: dict, base: dict | None, key: str, unit_fmt: str) -> str:
+    if res.get("status") != "ok":
+        return res.get("status", "?")
+    text = unit_fmt.format(res[key])
+    if base and base.get("status") == "ok" and base is not res:
+        text += f" ({res[key] / base[key]:.2f}x)"
+    return text
+
+
+def render(results: dict, lengths: list[int], roof: float, meta: dict) -> str:
+    """The Markdown report: one table per length, ratios against stock SDPA on the same input."""
+    out = ["# T5 encoder attention benchmark (lengthx, issue 3)", "",
+           f"T5 encoder, 6 layers, 8 heads, d_model 512, d_ff 2048, fp32, random weights; {meta['machine']}; "
+           f"{meta['threads']} threads; torch {meta['torch']}, transformers {meta['transformers']}. One process "
+           f"per cell, run side by side; time = best of {meta['repeats']} forward(s); peak RSS = the process's "
+           f"maximum resident set (includes ~{meta['base']:.2f} GiB of interpreter, libraries and weights). "
+           f"Address space capped at {meta['limit_gib']:.0f} GiB per process: OOM = allocation refused.",
+           "", f"Practical roofline: {roof:.1f} GFLOP/s (4096² fp32 matmul). GFLOP/s below = nominal dense FLOPs "
+           "of the forward (projections, QKᵀ, PV, feed-forward) / time; padded variants run a batch of two "
+           "(L and 3L/4 tokens) and are compared with stock SDPA on the same batch.", ""]
+    for n in lengths:
+        out += [f"## L = {n}", "", "| variant | time s (vs sdpa) | peak RSS GiB (vs sdpa) | GFLOP/s | % roofline |",
+                "|---|---|---|---|---|"]
+        for v in VARIANTS:
+            res = results.get((v, n))
+            if res is None:
+                continue
+            base = results.get((BASELINE[v], n))
+            gf = pct = "-"
+            if res.get("status") == "ok":
+                rate = res["gflops"] / res["seconds"]
+                gf, pct = f"{rate:.1f}", f"{100 * rate / roof:.0f}%"
+            out.append(f"| {v} | {_fmt(res, base, 'seconds', '{:.2f}')} | {_fmt(res, base, 'peak_gib', '{:.2f}')} "
+                       f"| {gf} | {pct} |")
+        rel = []
+        for a, b in (("ours+stats", "ours-explicit"), ("ours+stats", "ours"), ("ours+logits", "ours+stats")):
+            ra, rb = results.get((a, n), {}), results.get((b, n), {})
+            if ra.get("status") == "ok" and rb.get("status") == "ok":
+                rel.append(f"{a} / {b} time = {ra['seconds'] / rb['seconds']:.2f}x")
+        if rel:
+            out += ["", "Statistics cost: " + "; ".join(rel) + "."]
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="small lengths (512, 1024): a smoke run")
+    p.add_argument("--lengths", type=int, nargs="+", help="override the lengths")
+    p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    p.add_argument("--repeats", type=int, default=None, help="timed forwards per cell (default 2 ≤ 4k, else 1)")
+    p.add_argument("--mem-limit-gb", type=float, default=None,
+                   help="address-space cap per child (default: min(21, MemAvailable − 1) GiB)")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per child")
+    p.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / "attention.md")
+    p.add_argument("--child", nargs=2, metavar=("VARIANT", "LENGTH"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+
+    if args.child:
+        try:
+            res = _child(args.child[0], int(args.child[1]), args.repeats or 1)
+        except (RuntimeError, MemoryError) as err:  # allocation refused under the address-space cap
+            msg = str(err).splitlines()[0][:200]
+            oom = isinstance(err, MemoryError) or "allocate" in msg or "memory" in msg
+            res = dict(status="OOM" if oom else "failed", error=msg)
+        print(json.dumps(res), flush=True)
+        return 0
+
+    import torch
+    import transformers
+
+    lengths = args.lengths or (QUICK_LENGTHS if args.quick else FULL_LENGTHS)
+    limit_gib = args.mem_limit_gb or min(21.0, _mem_available() / 2**30 - 1.0)
+    mem_limit = int(limit_gib * 2**30)
+    roof = _roofline()
+    results: dict[tuple[str, int], dict] = {}
+    for n in lengths:
+        repeats = args.repeats or (2 if n <= 4096 else 1)
+        for v in args.variants:
+            t0 = time.perf_counter()
+            res = _run_variant(v, n, repeats, mem_limit, args.timeout)
+            results[(v, n)] = res
+            print(f"L={n:6d} {v:15s} {res.get('status'):8s} "
+                  f"time={res.get('seconds', float('nan')):8.2f}s peak={res.get('peak_gib', float('nan')):6.2f}GiB "
+                  f"(wall {time.perf_counter() - t0:.0f}s) {res.get('error', '')}", file=sys.stderr, flush=True)
+    bases = [r["base_gib"] for r in results.values() if r.get("status") == "ok"]
+    meta = dict(machine=f"{platform.machine()} CPU, {os.cpu_count()} cores", threads=torch.get_num_threads(),
+                torch=torch.__version__, transformers=transformers.__version__,
+                repeats=args.repeats or "1-2", base=min(bases) if bases else float("nan"), limit_gib=limit_gib)
+    text = render(results, list(lengths), roof, meta)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,84 @@
+"""The shipped mini-t5 really retrieves at its training length (issue 7, acceptance 1).
+
+Loads ``lengthx/checkpoints/mini-t5`` as a user would (``from_pretrained``), builds 50 passkey and 50
+LongEval-lines examples fitted to L_tr tokens with the checkpoint's own tokenizer, from seeds that neither
+the training stream nor the training-time evaluation used, decodes greedily and scores them with the
+benchmarks' rules (``lengthx.metrics``): passkey >= 95% and lines >= 70% exact match.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+CKPT = Path(__file__).resolve().parents[1] / "lengthx" / "checkpoints" / "mini-t5"
+N = 50
+PASSKEY_SEED = 900_001  # training used string-seeded streams; its eval sets used 10_000+ and 500_000+
+LINES_SEED = 910_000
+
+
+def _l_tr() -> int:
+    curve = CKPT / "curve.json"
+    if curve.exists():
+        return int(json.loads(curve.read_text()).get("l_tr", 256))
+    return 256
+
+
+@pytest.fixture(scope="module")
+def mini_t5():
+    if not (CKPT / "config.json").exists():
+        pytest.skip(f"no shipped mini-t5 checkpoint at {CKPT}")
+    from transformers import AutoTokenizer, T5ForConditionalGeneration
+
+    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+    model = T5ForConditionalGeneration.from_pretrained(str(CKPT), dtype=torch.float32)
+    model.eval()
+    tok = AutoTokenizer.from_pretrained(str(CKPT))
+    return model, tok
+
+
+def _generate(model, tok, prompts: list[str]) -> list[str]:
+    enc = tok(prompts, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        ids = model.generate(**enc, max_new_tokens=8, do_sample=False, num_beams=1)
+    return tok.batch_decode(ids, skip_special_tokens=True)
+
+
+def test_checkpoint_is_small_t5_with_bounded_buckets(mini_t5):
+    model, tok = mini_t5
+    cfg = model.config
+    assert cfg.model_type == "t5"
+    assert cfg.relative_attention_max_distance <= _l_tr() // 2
+    assert (tok.pad_token_id, tok.eos_token_id, tok.unk_token_id) == (0, 1, 2)
+    assert tok("31415").input_ids[-1] == tok.eos_token_id
+    weights = sum(p.stat().st_size for p in CKPT.glob("*.safetensors"))
+    assert weights <= 32 * 2**20
+
+
+def test_passkey_at_l_tr(mini_t5):
+    from lengthx.data.fitting import fit_to_tokens
+    from lengthx.metrics import passkey_correct
+    from lengthx.tasks.passkey import case_prompt, passkey_cases
+
+    model, tok = mini_t5
+    l_tr = _l_tr()
+    cases = passkey_cases(N, PASSKEY_SEED)
+    prompts = [fit_to_tokens(lambda n, c=c: case_prompt(c, n), tok, l_tr)[1] for c in cases]
+    outputs = _generate(model, tok, prompts)
+    accuracy = 100.0 * sum(passkey_correct(o, c.key) for o, c in zip(outputs, cases, strict=True)) / N
+    assert accuracy >= 95.0, f"passkey EM {accuracy:.0f}% at {l_tr} tokens; first outputs {outputs[:5]}"
+
+
+def test_lines_at_l_tr(mini_t5):
+    from lengthx.metrics import lines_correct
+    from lengthx.tasks.lines import fit_lines_case
+
+    model, tok = mini_t5
+    l_tr = _l_tr()
+    cases = [fit_lines_case(LINES_SEED + i, lambda s: len(tok(s).input_ids), l_tr) for i in range(N)]
+    outputs = _generate(model, tok, [c.prompt for c in cases])
+    accuracy = 100.0 * sum(lines_correct(o, c.answer) for o, c in zip(outputs, cases, strict=True)) / N
+    assert accuracy >= 70.0, f"lines EM {accuracy:.0f}% at {l_tr} tokens; first outputs {outputs[:5]}"
