@@ -143,38 +143,41 @@ class TaskSampler:
         self.rng = rng
         self.eos = tok.eos_token_id
         self.g_max = max_garbage(tok, args.l_tr)
+        self.overhead = len(self.encode(lines_case(1, random.Random(0)).prompt)) - 17  # header + question
         w = np.asarray([args.w_passkey, args.w_lines, args.w_lm], dtype=float)
         self.weights = (w / w.sum()).tolist()
 
-    def n_tokens(self, text: str) -> int:
-        return len(self.tok.encode(text).ids)
+    def encode(self, text: str) -> list[int]:
+        return self.tok.encode(text).ids  # </s> appended by the post-processor
 
-    def passkey(self, ramp: float) -> tuple[str, str]:
+    def passkey(self, ramp: float) -> tuple[list[int], str]:
         rng = self.rng
         n_garbage = rng.randint(0, int(self.g_max * (0.25 + 0.75 * ramp)))
         key = rng.randint(1, 50000)
-        text = passkey_prompt(key, n_garbage, rng.randint(0, n_garbage))
-        while self.n_tokens(text) > self.args.l_tr:  # rare: the filler cut fell unluckily
+        ids = self.encode(passkey_prompt(key, n_garbage, rng.randint(0, n_garbage)))
+        while len(ids) > self.args.l_tr:  # rare: the filler cut fell unluckily
             n_garbage = int(n_garbage * 0.95)
-            text = passkey_prompt(key, n_garbage, rng.randint(0, n_garbage))
-        return text, str(key)
+            ids = self.encode(passkey_prompt(key, n_garbage, rng.randint(0, n_garbage)))
+        return ids, str(key)
 
-    def lines(self, ramp: float) -> tuple[str, str]:
-        rng = self.rng
-        hi = max(2, round(2 + ramp * (self.args.lines_max - 2)))
-        case = lines_case(rng.randint(1, hi), rng)
+    def lines(self, ramp: float) -> tuple[list[int], str]:
+        """Half the records start with ``lines_max`` lines (then trimmed to fit, i.e. full length), half
+        with a uniform 1..``lines_max``; random non-asked lines are dropped until the prompt fits L_tr."""
+        rng, a = self.rng, self.args
+        hi = max(2, round(2 + ramp * (a.lines_max - 2)))
+        case = lines_case(hi if rng.random() < 0.5 else rng.randint(1, hi), rng)
         pairs, query = list(case.pairs), case.query_idx
-        text = case.prompt
-        over = self.n_tokens(text) - self.args.l_tr
-        while over > 0:
-            # drop random lines other than the asked one: the asked line's rank stays uniform
+        ids = self.encode(case.prompt)
+        while len(ids) > a.l_tr:
+            # the asked line's rank among the kept lines stays uniform
+            per_line = max(8.0, (len(ids) - self.overhead) / len(pairs))
             others = [i for i, (idx, _) in enumerate(pairs) if idx != query]
-            drop = set(rng.sample(others, min(len(others), max(1, math.ceil(over / 12)))))
+            n_drop = min(len(others), max(1, math.ceil((len(ids) - a.l_tr) / per_line)))
+            drop = set(rng.sample(others, n_drop))
             pairs = [p for i, p in enumerate(pairs) if i not in drop]
             asked = next(i for i, (idx, _) in enumerate(pairs) if idx == query)
-            text = LinesCase(pairs=tuple(pairs), query=asked).prompt
-            over = self.n_tokens(text) - self.args.l_tr
-        return text, str(case.answer)
+            ids = self.encode(LinesCase(pairs=tuple(pairs), query=asked).prompt)
+        return ids, str(case.answer)
 
     def lm(self) -> tuple[list[int], list[int]]:
         rng, a = self.rng, self.args
@@ -187,33 +190,16 @@ class TaskSampler:
     def batch(self, size: int, ramp: float) -> dict[str, torch.Tensor]:
         a = self.args
         kinds = self.rng.choices(range(3), weights=self.weights, k=size)
-        texts: list[str] = []
-        answers: list[str] = []
-        srcs: list[list[int]] = []
-        tgts: list[list[int]] = []
-        for k in kinds:
-            if k == 2:
-                s, t = self.lm()
-                srcs.append(s)
-                tgts.append(t)
-            else:
-                text, ans = self.passkey(ramp) if k == 0 else self.lines(ramp)
-                texts.append(text)
-                answers.append(ans)
-        enc = self.tok.encode_batch(texts) if texts else []
-        ans_enc = self.tok.encode_batch(answers) if answers else []
+        t_dec = max(a.lm_target, 8)
         input_ids = torch.zeros(size, a.l_tr, dtype=torch.long)
         attention = torch.zeros(size, a.l_tr, dtype=torch.long)
-        t_dec = max(a.lm_target, 8)
         labels = torch.full((size, t_dec), -100, dtype=torch.long)
-        j = m = 0
         for i, k in enumerate(kinds):
             if k == 2:
-                src, tgt = srcs[m], tgts[m]
-                m += 1
+                src, tgt = self.lm()
             else:
-                src, tgt = enc[j].ids, ans_enc[j].ids  # the answer ends in </s>
-                j += 1
+                src, answer = self.passkey(ramp) if k == 0 else self.lines(ramp)
+                tgt = self.encode(answer)  # "▁" + number pieces + "</s>"
             src, tgt = src[: a.l_tr], tgt[:t_dec]
             input_ids[i, : len(src)] = torch.tensor(src)
             attention[i, : len(src)] = 1
@@ -458,7 +444,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--w-passkey", type=float, default=0.25)
     p.add_argument("--w-lines", type=float, default=0.55)
     p.add_argument("--w-lm", type=float, default=0.20)
-    p.add_argument("--lines-max", type=int, default=24, help="lines drawn before fitting to L_tr")
+    p.add_argument("--lines-max", type=int, default=8, help="most lines drawn before fitting to L_tr")
     p.add_argument("--lm-target", type=int, default=32)
     p.add_argument("--lm-tokens", type=int, default=4_000_000, help="stdlib tokens kept for the LM stream")
     p.add_argument("--workers", type=int, default=max(0, min(12, (os.cpu_count() or 2) - 2)))

@@ -36,3 +36,15 @@ def padded_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     ids[1, 27:] = 0
     dec = torch.randint(3, 64, (2, 6), generator=g)
     return ids, mask, dec
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+    """A tiny T5 with a byte-level tokenizer, saved like a hub checkpoint (for CLI and runner tests)."""
+    from transformers import ByT5Tokenizer
+
+    path = tmp_path_factory.mktemp("tiny-t5")
+    model = tiny_t5(attn="sdpa", vocab_size=384, d_model=32, num_heads=2, d_kv=16)
+    model.save_pretrained(path)
+    ByT5Tokenizer().save_pretrained(path)
+    return str(path)

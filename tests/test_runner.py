@@ -1,0 +1,113 @@
+"""The runner end to end through the CLI: rows, resume after kill -9, clear errors (DESIGN §7)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from lengthx.results import ResultsStore
+
+LENGTHX = [sys.executable, "-m", "lengthx.cli"]
+
+
+def _run(args: list[str], **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.run(LENGTHX + args, capture_output=True, text=True, env=env, timeout=300, **kw)
+
+
+def _common(model_dir: str, results: Path, n: int = 4) -> list[str]:
+    return [f"model.path={model_dir}", "model.l_tr=300", f"task.num_examples={n}", "task.settings=[320,400]",
+            f"results_dir={results}", "batch_size=1"]
+
+
+def _rows(results: Path) -> pd.DataFrame:
+    df = ResultsStore(results).read()
+    return df.drop(columns=["seconds", "timestamp", "git_commit"]).sort_values(["cell", "metric"]).reset_index(drop=True)
+
+
+def test_run_writes_rows_and_tables(tiny_model_dir, tmp_path):
+    res = tmp_path / "res"
+    for method in ("log", "none"):
+        p = _run(["run", "task=passkey", f"method={method}", *_common(tiny_model_dir, res)])
+        assert p.returncode == 0, p.stderr[-2000:]
+    df = ResultsStore(res).read()
+    assert set(df["method"]) == {"log", "none"} and (df["status"] == "ok").all()
+    log_rows = df[df["method"] == "log"]
+    # τ = log L_tr / log L_ex with the measured mean length, and L_ex within 2% of requested
+    for r in log_rows.itertuples():
+        assert r.tau == pytest.approx(min(1.0, __import__("math").log(300) / __import__("math").log(r.L_ex)))
+        assert abs(r.L_ex - r.L_req) / r.L_req < 0.02
+    # rerun is a no-op: no duplicate rows
+    p = _run(["run", "task=passkey", "method=none", *_common(tiny_model_dir, res)])
+    assert p.returncode == 0 and len(ResultsStore(res).read()) == len(df)
+    p = _run(["tables", "--results-dir", str(res)])
+    assert p.returncode == 0, p.stderr
+    md = (res / "tables" / "aa_table4.md").read_text()
+    tex = (res / "tables" / "aa_table4.tex").read_text()
+    assert "tiny" in md or "mini-t5" in md
+    assert r"\toprule" in tex and r"w/ $\log_{L_{ex}} L_{tr}$" in tex and "w/ log" in md
+
+
+def test_resume_after_kill_matches_uninterrupted(tiny_model_dir, tmp_path):
+    args = ["run", "task=passkey", "method=none"]
+    clean = tmp_path / "clean"
+    assert _run(args + _common(tiny_model_dir, clean, n=6)).returncode == 0
+
+    killed = tmp_path / "killed"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(LENGTHX + args + _common(tiny_model_dir, killed, n=6), env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    records = killed / "records"
+    deadline = time.time() + 120
+    while time.time() < deadline:  # kill -9 once the first cell has some, not all, examples
+        files = sorted(records.glob("*.jsonl")) if records.exists() else []
+        if files and 2 <= len(files[0].read_text().splitlines()) < 6:
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = {f.name: f.read_text().splitlines() for f in records.glob("*.jsonl")}
+    assert before and not (killed / "results.csv").exists()
+
+    assert _run(args + _common(tiny_model_dir, killed, n=6)).returncode == 0
+    pd.testing.assert_frame_equal(_rows(clean).drop(columns=["L_tr"]), _rows(killed).drop(columns=["L_tr"]))
+    for name, lines in before.items():
+        after = (records / name).read_text().splitlines()
+        ids = [json.loads(x)["id"] for x in after]
+        assert len(ids) == len(set(ids)) == 6  # no example computed twice
+        assert after[: len(lines)] == lines  # finished examples kept, not recomputed
+
+
+def test_unknown_names_fail_with_the_valid_list():
+    for arg, group in (("task=pasky", "task"), ("model=nope", "model")):
+        p = _run(["run", arg])
+        assert p.returncode != 0
+        assert f"unknown {group} '{arg.split('=')[1]}'" in p.stderr
+        assert ("passkey" if group == "task" else "flan-t5-xl, flan-t5-xxl") in p.stderr
+        assert "Traceback" not in p.stderr + p.stdout
+
+
+def test_absent_model_names_hub_id_and_path(tmp_path):
+    p = _run(["run", "model=flan-t5-large", f"results_dir={tmp_path}"])
+    assert p.returncode == 2
+    assert "flan-t5-large" in p.stderr and "google/flan-t5-large" in p.stderr and "model.path=" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_failing_cell_becomes_status_row_and_sweep_continues(tiny_model_dir, tmp_path):
+    # 40 tokens cannot hold the passkey prompt: that cell errors, the 320-token cell still runs
+    args = ["run", "task=passkey", "method=none", f"model.path={tiny_model_dir}", "model.l_tr=300",
+            "task.num_examples=2", "task.settings=[40,320]", f"results_dir={tmp_path}"]
+    p = _run(args)
+    assert p.returncode == 0, p.stderr[-2000:]
+    df = ResultsStore(tmp_path).read()
+    assert dict(zip(df["setting"], df["status"], strict=True)) == {"40": "error", "320": "ok"}
+    assert "requested 40" in df.loc[df["setting"] == "40", "message"].item()
