@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from functools import partial
 
 from lengthx.data.fitting import count_tokens, fit_to_tokens
 from lengthx.metrics import passkey_correct
@@ -77,7 +78,7 @@ class PasskeyTask:
                 actual = count_tokens(tokenizer, prompt)
             elif setting.unit == "tokens":
                 requested = setting.value
-                n_garbage, prompt, actual = fit_to_tokens(lambda n_: case_prompt(case, n_), tokenizer, requested)
+                n_garbage, prompt, actual = fit_to_tokens(partial(case_prompt, case), tokenizer, requested)
             else:
                 raise ValueError(f"passkey settings are in chars or tokens, not {setting.unit!r}")
             out.append(Example(f"{seed}-{i}", prompt, case.key, requested, actual,

@@ -1,0 +1,42 @@
+"""Passkey task: the reference format (DESIGN §6), token-exact fitting, seeding, scoring."""
+
+from __future__ import annotations
+
+from transformers import ByT5Tokenizer
+
+from lengthx.metrics import passkey_correct
+from lengthx.tasks.base import Setting
+from lengthx.tasks.passkey import FILLER_UNIT, PasskeyTask, filler, passkey_prompt
+
+
+def test_prompt_format_is_the_reference():
+    p = passkey_prompt(4242, 200, 90)
+    lines = p.split("\n")
+    assert lines[0] == ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize "
+                        "them. I will quiz you about the important information there.")
+    assert lines[1] == filler(200)[:90]
+    assert lines[2] == "The pass key is 4242. Remember it. 4242 is the pass key."
+    assert lines[3] == filler(200)[90:]
+    assert lines[4] == "What is the pass key? The pass key is"
+    assert filler(200).startswith(FILLER_UNIT + " The grass") and len(filler(200)) == 200
+
+
+def test_examples_fit_tokens_and_are_seeded():
+    tok = ByT5Tokenizer()
+    task = PasskeyTask()
+    ex = task.examples(Setting("1k", 1000, "tokens"), tok, 5, seed=3)
+    assert all(abs(e.actual_tokens - 1000) / 1000 <= 0.02 and e.requested_tokens == 1000 for e in ex)
+    assert [e.prompt for e in ex] == [e.prompt for e in task.examples(Setting("1k", 1000, "tokens"), tok, 5, 3)]
+    assert [e.target for e in ex] != [e.target for e in task.examples(Setting("1k", 1000, "tokens"), tok, 5, 4)]
+    chars = task.examples(Setting("20k", 2000, "chars"), tok, 2, seed=3)
+    assert all(e.meta["n_garbage"] == 2000 and e.requested_tokens is None for e in chars)
+    assert [e.target for e in chars] == [e.target for e in ex[:2]]  # same cases whatever the length
+
+
+def test_scoring_takes_the_first_integer():
+    assert passkey_correct("31415", 31415)
+    assert passkey_correct(" 31415. The pass key is 31415", 31415)
+    assert not passkey_correct("7 31415", 31415)  # extra number first: wrong, as upstream
+    assert not passkey_correct("314150", 31415)
+    assert not passkey_correct("no digits", 31415)
+    assert PasskeyTask().score("12", type("E", (), {"target": 12})())["accuracy"] == 100.0
