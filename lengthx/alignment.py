@@ -106,8 +106,12 @@ def align_temperature(
 # ---- Algorithm 1 on a model: FindS and the calibration cache ----------------------------------------------
 
 
-def find_s(loaded: Any, batches: Sequence[dict[str, Any]], tau: float, mode: str, scope: str = "encoder") -> float:
-    """FINDS(τ, M) of Algorithm 1: S̄ over all watched layers, heads and valid query rows of ``batches``.
+def capture_stats(
+    loaded: Any, batches: Sequence[dict[str, Any]], tau: float | Sequence[float], scope: str = "encoder",
+    **stats_kwargs: Any,
+) -> Any:
+    """One FINDS pass: run ``batches`` at temperature ``tau`` (one value, or one per watched module) and
+    return the :class:`~lengthx.attention.stats.AttentionStats` of every attention module that carries τ.
 
     Only the attention that carries τ is run (the T5 encoder, or a decoder-only model's stack).
     """
@@ -119,15 +123,20 @@ def find_s(loaded: Any, batches: Sequence[dict[str, Any]], tau: float, mode: str
     modules = loaded.family.temperature_modules(loaded.model, scope)
     set_temperature(modules, tau)
     try:
-        with AttentionStats(modules) as stats, torch.no_grad():
+        with AttentionStats(modules, **stats_kwargs) as stats, torch.no_grad():
             for batch in batches:
                 if loaded.family.encoder_decoder:
                     loaded.model.get_encoder()(**batch)
                 else:
                     loaded.model(**batch)
-        return stats.mean(mode)
+        return stats
     finally:
         clear_temperature(modules)
+
+
+def find_s(loaded: Any, batches: Sequence[dict[str, Any]], tau: float, mode: str, scope: str = "encoder") -> float:
+    """FINDS(τ, M) of Algorithm 1: S̄ over all watched layers, heads and valid query rows of ``batches``."""
+    return capture_stats(loaded, batches, tau, scope).mean(mode)
 
 
 def calibrate(
@@ -141,3 +150,35 @@ def calibrate(
     """Algorithm 1 end to end: S̄_tr(1) on length-L_tr batches, then τ_ex on the extrapolation batches."""
     target = find_s(loaded, reference, 1.0, mode, scope)
     return align_temperature(lambda t: find_s(loaded, extrapolation, t, mode, scope), target, mode, search)
+
+
+def _per_layer(stats: Any, mode: str) -> list[float]:
+    per_head = stats.pmax() if mode == "pmax" else stats.entropy()
+    return [float(x) for x in per_head.mean(1)]
+
+
+def calibrate_per_layer(
+    loaded: Any,
+    reference: Sequence[dict[str, Any]],
+    extrapolation: Sequence[dict[str, Any]],
+    mode: str,
+    scope: str = "encoder",
+    search: str = "grid",
+) -> list[Alignment]:
+    """Per-layer Algorithm 1 (paper A, Limitations: proposed as future work): one τ per attention module.
+
+    Layer ℓ's τ is aligned with layers < ℓ already at their chosen τ (a layer's statistic does not depend on
+    the layers after it), so the layers are aligned one after another, each by the same grid/bisect search.
+    """
+    targets = _per_layer(capture_stats(loaded, reference, 1.0, scope), mode)
+    taus = [1.0] * len(targets)
+    out = []
+    for layer, target in enumerate(targets):
+        def statistic(t: float, layer: int = layer) -> float:
+            trial = taus[:layer] + [t] + taus[layer + 1:]
+            return _per_layer(capture_stats(loaded, extrapolation, trial, scope), mode)[layer]
+
+        result = align_temperature(statistic, target, mode, search)
+        taus[layer] = result.tau
+        out.append(result)
+    return out

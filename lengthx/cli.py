@@ -79,10 +79,11 @@ def _run(cfg) -> None:
 
 
 def _calibrate(cfg) -> None:
+    """``lengthx calibrate``: Algorithm 1 per setting, printed with the statistics that chose τ."""
     import json
 
     from lengthx.models.loading import ModelNotAvailable
-    from lengthx.runner import Runner, method_id
+    from lengthx.runner import Cell, Runner, method_id
 
     if cfg.method.name not in ("pmax", "entropy"):
         print(f"lengthx calibrate needs method=pmax or method=entropy, got method={cfg.method.name}",
@@ -91,14 +92,18 @@ def _calibrate(cfg) -> None:
     try:
         runner = Runner(cfg)
         for setting in runner.settings():
-            from lengthx.runner import Cell
-
             cell = Cell(cfg.model.name, method_id(cfg.method), runner.task.name, setting)
             tau, path, cached = runner.aligned_temperature_with_source(cell)
             info = json.loads(path.read_text())
-            ev = ", ".join(f"{k}:{v:.4f}" for k, v in info["evaluated"].items())
-            print(f"{cell.task} {setting.label:>6} ({setting.value} {setting.unit}): τ={tau:.2f}  "
-                  f"S̄_tr(1)={info['target']:.4f}  [{'cache' if cached else 'computed'}]  S̄_ex(τ): {ev}")
+            source = "cache" if cached else f"computed, {info['forward_passes']} forward passes"
+            head = f"{cell.task} {setting.label:>6} ({setting.value} {setting.unit}, L_ex={info['L_ex']:.0f})"
+            if isinstance(tau, list):
+                print(f"{head}: per-layer τ={tau}  S̄_tr(1) per layer={[round(t, 4) for t in info['target']]}"
+                      f"  [{source}]")
+            else:
+                ev = ", ".join(f"{k}:{v:.4f}" for k, v in info["evaluated"].items())
+                print(f"{head}: τ={tau:.2f}  S̄_tr(1)={info['target']:.4f}  [{source}]  S̄_ex(τ): {ev}")
+        print(f"cache: {Path(cfg.results_dir) / 'calibration'}")
     except ModelNotAvailable as err:
         print(f"lengthx: {err}", file=sys.stderr)
         sys.exit(2)

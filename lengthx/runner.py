@@ -18,7 +18,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from lengthx.alignment import calibrate, log_temperature
+from lengthx.alignment import calibrate, calibrate_per_layer, log_temperature
 from lengthx.attention.temperature import clear_temperature, set_temperature
 from lengthx.models.loading import LoadedModel, load_model
 from lengthx.results import ResultsStore, git_commit, now, safe_name, versions
@@ -50,7 +50,9 @@ def method_id(method_cfg: Any) -> str:
         name = f"fixed-{float(method_cfg.tau):g}"
     if method_cfg.get("scope", "encoder") != "encoder":
         name += f"-scope={method_cfg.scope}"
-    if name in ("pmax", "entropy") and method_cfg.get("search", "grid") != "grid":
+    if name in ("pmax", "entropy") and method_cfg.get("per_layer", False):
+        name += "-per-layer"
+    if name.startswith(("pmax", "entropy")) and method_cfg.get("search", "grid") != "grid":
         name += f"-{method_cfg.search}"
     return name
 
@@ -146,8 +148,10 @@ class Runner:
             n = self.cfg.task.num_examples or self.cfg.profile.get("num_examples") or self.cfg.task.paper_num_examples
         return self.task.examples(setting, self.loaded.tokenizer, int(n), int(self.cfg.task.seed) + seed_offset)
 
-    def temperature(self, cell: Cell, examples: list[Example]) -> float:
-        """τ of the method for this setting (1 for ``none``); Algorithm 1 goes through the cache."""
+    def temperature(self, cell: Cell, examples: list[Example]) -> float | list[float]:
+        """τ of the method for this setting (1 for ``none``); Algorithm 1 goes through the cache.
+
+        Per-layer alignment returns one τ per attention module."""
         name, l_tr = self.method.name, self.loaded.l_tr
         l_ex = sum(e.actual_tokens for e in examples) / len(examples)
         if name == "none":
@@ -158,35 +162,50 @@ class Runner:
             return log_temperature(l_ex, l_tr)
         return self.aligned_temperature(cell)
 
-    def aligned_temperature(self, cell: Cell) -> float:
-        """Algorithm 1 for ``pmax``/``entropy``, cached per (model, task, setting, mode, search)."""
+    def aligned_temperature(self, cell: Cell) -> float | list[float]:
+        """Algorithm 1 for ``pmax``/``entropy``, cached per (model, task, setting, mode, search, per_layer)."""
         return self.aligned_temperature_with_source(cell)[0]
 
-    def aligned_temperature_with_source(self, cell: Cell) -> tuple[float, Path, bool]:
-        """(τ, cache file, whether it came from the cache) of Algorithm 1 for this cell."""
+    def calibration_path(self, cell: Cell) -> tuple[Path, dict[str, Any]]:
+        """Cache file of Algorithm 1 for this cell, and the key it is stored under."""
         m = self.method
-        cal = m.calibration
         key = {"model": OmegaConf.to_container(self.cfg.model, resolve=True), "task": cell.task,
                "setting": [cell.setting.label, cell.setting.value, cell.setting.unit], "mode": m.name,
-               "search": m.search, "scope": m.scope, "n": int(cal.num_examples), "seed": int(self.cfg.task.seed)}
+               "search": m.search, "scope": m.scope, "per_layer": bool(m.get("per_layer", False)),
+               "n": int(m.calibration.num_examples), "seed": int(self.cfg.task.seed)}
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
-        path = (Path(self.cfg.results_dir) / "calibration" /
-                safe_name(f"{cell.model}__{cell.task}__{cell.setting.label}__{m.name}__{digest}.json"))
+        name = f"{cell.model}__{cell.task}__{cell.setting.label}__{method_id(m)}__{digest}.json"
+        return Path(self.cfg.results_dir) / "calibration" / safe_name(name), key
+
+    def aligned_temperature_with_source(self, cell: Cell) -> tuple[float | list[float], Path, bool]:
+        """(τ, cache file, whether it came from the cache) of Algorithm 1 for this cell."""
+        m = self.method
+        path, key = self.calibration_path(cell)
         if path.exists():
-            return float(json.loads(path.read_text())["tau"]), path, True
-        n = int(cal.num_examples)
+            return json.loads(path.read_text())["tau"], path, True
+        n, cal = int(m.calibration.num_examples), m.calibration
         ref_setting = Setting("L_tr", self.loaded.l_tr, "tokens")
         reference = [encode(self.loaded, [e.prompt]) for e in self.examples(ref_setting, cal.reference_seed_offset, n)]
-        extra = [encode(self.loaded, [e.prompt]) for e in self.examples(cell.setting, cal.seed_offset, n)]
-        result = calibrate(self.loaded, reference, extra, m.name, m.scope, m.search)
+        extra_ex = self.examples(cell.setting, cal.seed_offset, n)
+        extra = [encode(self.loaded, [e.prompt]) for e in extra_ex]
+        if m.get("per_layer", False):
+            layers = calibrate_per_layer(self.loaded, reference, extra, m.name, m.scope, m.search)
+            tau: float | list[float] = [r.tau for r in layers]
+            info = {"target": [r.target for r in layers],
+                    "evaluated": [{str(k): v for k, v in r.evaluated.items()} for r in layers],
+                    "forward_passes": sum(r.forward_passes for r in layers)}
+        else:
+            result = calibrate(self.loaded, reference, extra, m.name, m.scope, m.search)
+            tau = result.tau
+            info = {"target": result.target, "evaluated": {str(k): v for k, v in result.evaluated.items()},
+                    "forward_passes": result.forward_passes}
+        info["L_ex"] = sum(e.actual_tokens for e in extra_ex) / len(extra_ex)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({**key, "tau": result.tau, "target": result.target,
-                                   "evaluated": {str(k): v for k, v in result.evaluated.items()}}, indent=1))
+        tmp.write_text(json.dumps({**key, "tau": tau, **info}, indent=1))
         tmp.replace(path)
-        log.info("%s: τ=%s (target %.4f, %d forward passes)", cell.key, result.tau, result.target,
-                 result.forward_passes)
-        return result.tau, path, False
+        log.info("%s: τ=%s (%d forward passes)", cell.key, tau, info["forward_passes"])
+        return tau, path, False
 
     def run_cell(self, cell: Cell, chash: str) -> list[dict[str, Any]]:
         start = time.time()
@@ -195,6 +214,7 @@ class Runner:
         done = self.store.load_records(cell.key)
         modules = self.loaded.family.temperature_modules(self.loaded.model, self.method.scope) \
             if tau != 1.0 else []
+        tau_text = ";".join(f"{t:g}" for t in tau) if isinstance(tau, list) else tau
         set_temperature(modules, tau)
         scores: list[dict[str, float]] = []
         metric0 = self.task.metrics[0]
@@ -226,7 +246,7 @@ class Runner:
             clear_temperature(modules)
         req = [e.requested_tokens for e in examples if e.requested_tokens is not None]
         base = self._base_row(cell, chash, start)
-        base.update(tau=tau, n=len(scores), L_req=round(sum(req) / len(req)) if req else "",
+        base.update(tau=tau_text, n=len(scores), L_req=round(sum(req) / len(req)) if req else "",
                     L_ex=round(sum(e.actual_tokens for e in examples) / len(examples), 1), status="ok")
         return [{**base, "metric": m, "value": round(sum(s[m] for s in scores) / len(scores), 4)}
                 for m in self.task.metrics]

@@ -53,7 +53,7 @@ if str(ROOT) not in sys.path:
 from transformers import AutoTokenizer, PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration  # noqa: E402
 
 from lengthx.data.tokenizers import digit_pieces, is_single_token, train_tokenizer  # noqa: E402
-from lengthx.tasks.lines import LinesCase, fit_lines_case, lines_case  # noqa: E402
+from lengthx.tasks.lines import LinesCase, fit_lines_case, line_index_vocabulary, lines_case  # noqa: E402
 from lengthx.tasks.passkey import case_prompt, passkey_cases, passkey_prompt  # noqa: E402
 
 TASKS = ("passkey", "lines", "lm")
@@ -480,7 +480,8 @@ def main(argv: list[str] | None = None) -> None:
         log(f"warm start from {args.init_from}")
     model.to(device)
     n_params = sum(p.numel() for p in model.parameters())
-    log(f"device {hardware}; {n_params / 1e6:.2f}M params; vocab {len(tok)}; L_tr {args.l_tr}")
+    log(f"device {hardware}; {n_params / 1e6:.2f}M params; vocab {len(tok)}; L_tr {args.l_tr}; line indices from "
+        + " x ".join(f"{len(w)}" for w in line_index_vocabulary()) + " adjectives x nouns")
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01,
                             fused=device.type == "cuda")
 

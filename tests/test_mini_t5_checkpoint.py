@@ -9,12 +9,13 @@ benchmarks' rules (``lengthx.metrics``): passkey >= 95% and lines >= 70% exact m
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
-CKPT = Path(__file__).resolve().parents[1] / "lengthx" / "checkpoints" / "mini-t5"
+CKPT = Path(os.environ.get("LENGTHX_MINI_T5", Path(__file__).resolve().parents[1] / "lengthx/checkpoints/mini-t5"))
 N = 50
 PASSKEY_SEED = 900_001  # training used string-seeded streams; its eval sets used 10_000+ and 500_000+
 LINES_SEED = 910_000

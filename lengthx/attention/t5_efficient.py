@@ -53,7 +53,11 @@ MODES = ("auto", "always", "never")
 BACKENDS = ("auto", "sdpa", "explicit", "flex")
 DEFAULT_MIN_LENGTH = 2048  # mode "auto": inputs longer than this use the efficient path
 SETTINGS_ATTR = "lengthx_efficient"  # on encoder block 0's attention module: an EfficientT5Settings
-BLOCK_ELEMENTS = 1 << 25  # explicit path: at most this many scores per query block (128 MiB in fp32)
+# Explicit path: a query block holds about this many scores (8 MiB in fp32), never fewer than MIN_BLOCK_ROWS
+# query rows. Small blocks stay in cache, which makes the elementwise passes of softmax and statistics ~2x
+# cheaper than with 1024-row blocks on this CPU, while the QKᵀ and PV matmuls are still efficient.
+BLOCK_ELEMENTS = 1 << 21
+MIN_BLOCK_ROWS = 32
 
 
 @dataclass(frozen=True)
@@ -253,7 +257,7 @@ class RelativeBiasTable:
         """
         b, h, q_len, d = query.shape
         n = k1 - k0
-        rows = max(1, min(q_len, BLOCK_ELEMENTS // max(1, b * h * n)))
+        rows = min(q_len, max(MIN_BLOCK_ROWS, BLOCK_ELEMENTS // max(1, b * h * n)))
         want_logits = stats is not None and stats.wants_logits(module)
         grad = torch.is_grad_enabled() and (query.requires_grad or key_f.requires_grad or flipped.requires_grad)
         buf = None if grad else torch.empty(b * h * rows * n, dtype=query.dtype, device=query.device)
@@ -261,6 +265,10 @@ class RelativeBiasTable:
         k3 = key_f.reshape(b * h, n, d).transpose(1, 2)
         v3 = value_f.reshape(b * h, n, value_f.shape[-1])
         add_mask = _flip_keys(_to_additive_keys(mask, query.dtype)) if mask is not None else None
+        if stats is not None:  # per-row statistics of this call, handed to the collector once at the end
+            row_pmax = torch.empty(b, h, q_len, dtype=torch.float32, device=query.device)
+            row_entropy = torch.empty_like(row_pmax)
+            row_ok = torch.empty(b, q_len, dtype=torch.bool, device=query.device)
         for q0 in range(0, q_len, rows):
             q1 = min(q0 + rows, q_len)
             r = q1 - q0
@@ -300,11 +308,12 @@ class RelativeBiasTable:
                 if grad:
                     xs = xs.clone()
                 e, z, pmax, entropy = softmax_stats_(xs, e_out)
+                row_pmax[:, :, q0:q1] = pmax
+                row_entropy[:, :, q0:q1] = entropy
                 if row_range is not None:
-                    rv = _rows_in(row_range, q0, q1, b, x.device)
+                    row_ok[:, q0:q1] = _rows_in(row_range, q0, q1, b, x.device)
                 else:
-                    rv, _ = _validity_flipped(mblk, b, r, n, q0)
-                stats.add_rows(module, pmax, entropy, rv)
+                    row_ok[:, q0:q1] = _validity_flipped(mblk, b, r, n, q0)[0]
                 e = e.to(value_f.dtype)
                 z = z.to(value_f.dtype)
             if p_drop:
@@ -313,6 +322,8 @@ class RelativeBiasTable:
             else:
                 o = torch.bmm(e.reshape(b * h, r, n), v3).div_(z.reshape(b * h, r, 1))
             out[:, :, q0:q1] = o.view(b, h, r, -1)
+        if stats is not None:
+            stats.add_rows(module, row_pmax, row_entropy, row_ok)
 
 
 # ---- masks ---------------------------------------------------------------------------------------------------
