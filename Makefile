@@ -35,13 +35,13 @@ tables: install
 # Paper A, passkey columns of Table 4, every temperature method implemented so far, on the mini profile.
 # The other tasks and paper B join this target with their issues; until then it says so.
 reproduce-mini: install
-	$(LX) run -m task=passkey method=none,log,pmax,entropy
+	$(LX) run -m experiment=aa_table4
 	$(LX) tables
 	@echo "reproduce-mini: ran paper A Table 4 (passkey). Topics/lines/mdqa/code/LM tasks and paper B are not implemented yet."
 
 # The paper profile: needs hub access (or a local cache) and a GPU. Resumable: rerun to continue.
 reproduce-all: install
-	$(LX) run -m profile=paper task=passkey model=flan-t5-large,flan-t5-xl,flan-t5-xxl method=none,log,pmax,entropy
+	$(LX) run -m experiment=aa_table4 profile=paper model=flan-t5-large,flan-t5-xl,flan-t5-xxl
 	$(LX) tables --results-dir results/paper
 	@echo "reproduce-all: ran paper A Table 4 (passkey). The other tables join this target with their issues."
 

@@ -182,3 +182,36 @@ def calibrate_per_layer(
         taus[layer] = result.tau
         out.append(result)
     return out
+
+
+def layer0_statistics(loaded: Any, batches: Sequence[dict[str, Any]], scope: str = "encoder") -> dict[str, float]:
+    """Layer 0 at τ = 1 (paper A §7): mean P_max of layer 0, and σ, l_max of its average logit vector."""
+    stats = capture_stats(loaded, batches, 1.0, scope, logit_vector=True)
+    return {"pmax": float(stats.pmax()[0].mean()), "sigma": stats.logit_sigma(), "l_max": stats.logit_lmax()}
+
+
+def closed_form_temperature(
+    loaded: Any,
+    reference: Sequence[dict[str, Any]],
+    extrapolation: Sequence[dict[str, Any]],
+    proposition: str,
+    l_ex: float,
+    scope: str = "encoder",
+) -> tuple[float, dict[str, Any]]:
+    """τ of Proposition 1 (``prop1``) or 2 (``prop2``) from layer-0 statistics at L_tr and at L_ex.
+
+    The closed forms are applied as they are (not snapped to the grid). Raises ValueError where the
+    Gaussian approximation has no solution (Prop. 1's quadratic without a real root).
+    """
+    tr = layer0_statistics(loaded, reference, scope)
+    ex = layer0_statistics(loaded, extrapolation, scope)
+    if proposition == "prop1":
+        tau = prop1_temperature(loaded.l_tr, l_ex, tr["pmax"], tr["sigma"], ex["sigma"])
+    elif proposition == "prop2":
+        tau = prop2_temperature(loaded.l_tr, l_ex, tr["sigma"], ex["sigma"])
+    else:
+        raise ValueError(f"unknown proposition {proposition!r}; valid: prop1, prop2")
+    if math.isnan(tau) or tau <= 0:
+        raise ValueError(f"{proposition} has no positive solution for L_ex={l_ex:.0f} with layer-0 statistics "
+                         f"train={tr}, extrapolation={ex}; the Gaussian approximation does not hold here")
+    return tau, {"train": tr, "extrapolation": ex}

@@ -18,7 +18,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from lengthx.alignment import calibrate, calibrate_per_layer, log_temperature
+from lengthx.alignment import calibrate, calibrate_per_layer, closed_form_temperature, log_temperature
 from lengthx.attention.temperature import clear_temperature, set_temperature
 from lengthx.models.loading import LoadedModel, load_model
 from lengthx.results import ResultsStore, git_commit, now, safe_name, versions
@@ -26,7 +26,7 @@ from lengthx.tasks import Example, Setting, build_task, resolve_settings
 
 log = logging.getLogger("lengthx")
 
-TEMPERATURE_METHODS = ("none", "fixed", "log", "pmax", "entropy")
+TEMPERATURE_METHODS = ("none", "fixed", "log", "pmax", "entropy", "prop1", "prop2")
 
 
 @dataclass
@@ -171,8 +171,8 @@ class Runner:
         m = self.method
         key = {"model": OmegaConf.to_container(self.cfg.model, resolve=True), "task": cell.task,
                "setting": [cell.setting.label, cell.setting.value, cell.setting.unit], "mode": m.name,
-               "search": m.search, "scope": m.scope, "per_layer": bool(m.get("per_layer", False)),
-               "n": int(m.calibration.num_examples), "seed": int(self.cfg.task.seed)}
+               "search": m.get("search"), "scope": m.scope, "per_layer": bool(m.get("per_layer", False)),
+               "n": int(self.cfg.calibration.num_examples), "seed": int(self.cfg.task.seed)}
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
         name = f"{cell.model}__{cell.task}__{cell.setting.label}__{method_id(m)}__{digest}.json"
         return Path(self.cfg.results_dir) / "calibration" / safe_name(name), key
@@ -183,12 +183,16 @@ class Runner:
         path, key = self.calibration_path(cell)
         if path.exists():
             return json.loads(path.read_text())["tau"], path, True
-        n, cal = int(m.calibration.num_examples), m.calibration
+        n, cal = int(self.cfg.calibration.num_examples), self.cfg.calibration
         ref_setting = Setting("L_tr", self.loaded.l_tr, "tokens")
         reference = [encode(self.loaded, [e.prompt]) for e in self.examples(ref_setting, cal.reference_seed_offset, n)]
         extra_ex = self.examples(cell.setting, cal.seed_offset, n)
         extra = [encode(self.loaded, [e.prompt]) for e in extra_ex]
-        if m.get("per_layer", False):
+        if m.name in ("prop1", "prop2"):
+            l_ex = sum(e.actual_tokens for e in extra_ex) / len(extra_ex)
+            tau, info = closed_form_temperature(self.loaded, reference, extra, m.name, l_ex, m.scope)
+            info["forward_passes"] = 2 * n
+        elif m.get("per_layer", False):
             layers = calibrate_per_layer(self.loaded, reference, extra, m.name, m.scope, m.search)
             tau: float | list[float] = [r.tau for r in layers]
             info = {"target": [r.target for r in layers],

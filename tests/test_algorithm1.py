@@ -77,7 +77,7 @@ def test_calibrate_second_call_is_served_from_cache(tiny_model_dir, tmp_path):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = compose("config", overrides=[
             "method=pmax", f"model.path={tiny_model_dir}", "model.l_tr=300", "task.settings=[400]",
-            f"results_dir={tmp_path}", "method.calibration.num_examples=1"])
+            f"results_dir={tmp_path}", "calibration.num_examples=1"])
     runner = Runner(cfg)
     calls = []
     runner.loaded.model.encoder.register_forward_hook(lambda *a: calls.append(1))

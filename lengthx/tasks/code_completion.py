@@ -1,0 +1,399 @@
+"""Next-line code completion on LCC (Guo et al. 2023, LongCoder), paper A §5.4 / Tables 6, 12, 13.
+
+Benchmark facts (DESIGN §6): an LCC row is a Python file prefix ``context`` and the next line ``gt``; runs
+of newlines in the context are collapsed; the model's prediction is the first line of its output; the
+scores are CodeXGLUE's line-level exact match (``pred.split() == gt.split()``) and edit similarity
+(fuzzywuzzy ``fuzz.ratio`` semantics, 0-100, see :mod:`lengthx.metrics`); results are reported per context
+length bucket ``[n·1000, (n+1)·1000)`` tokens, n = 1..15, at L_tr = 768 (CodeT5+ 770M-py).
+
+Data sources (``task.source``):
+
+- ``hf``: the Hugging Face dataset ``microsoft/LCC_python`` (``task.hf_dataset``, split ``task.hf_split``),
+  loaded with ``datasets`` from the hub or the local cache (the ``paper`` profile's default).
+- ``jsonl``: a local JSON-lines file (``task.data_path``, ``.jsonl`` or ``.jsonl.gz``) with the same fields
+  ``context`` and ``gt``; a malformed line fails with the file, line number and missing field.
+- ``stdlib``: an LCC-like set built offline from the Python standard library's own source files (the
+  ``mini`` profile's default): the context is the last n tokens (model tokenizer) before a line boundary of
+  a real file, the next line (blank lines are collapsed away) is the ground truth.
+
+Settings: ``bucket`` (value = the bucket's lower bound in tokens, the paper's unit; LCC rows whose context
+falls in the bucket, or stdlib contexts of a seeded length inside it) or ``tokens`` (contexts of exactly
+that many tokens: stdlib contexts cut to length, LCC contexts at least that long left-truncated to it).
+
+The ``truncation`` baseline (paper A §5.4) keeps the most recent L_tr tokens of the context:
+:func:`truncate_prompt` / :meth:`CodeCompletionTask.truncated`. This module also holds the text-window
+helpers other tasks reuse (:func:`suffix_with_tokens`, :func:`prefix_with_tokens`, :func:`stdlib_sources`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import sysconfig
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from lengthx.data.fitting import count_tokens
+from lengthx.metrics import code_exact_match, edit_similarity, first_line
+from lengthx.tasks.base import Example, Setting
+
+LCC_DATASET = "microsoft/LCC_python"
+BUCKET_WIDTH = 1000
+
+# Standard-library parts that are tests, generated tables or data rather than ordinary code.
+_STDLIB_SKIP_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test", "encodings",
+                               "pydoc_data", "__pycache__", "turtledemo", "ensurepip"})
+_STDLIB_SKIP_PREFIXES = ("_sysconfigdata", "config-", "this.py")
+
+
+# ---- reading data files --------------------------------------------------------------------------------
+
+
+class DataFormatError(ValueError):
+    """A data file does not have the benchmark's fields; the message names the file, line and field."""
+
+
+def open_text(path: str | Path) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a text file, transparently gunzipping ``*.gz``."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        yield from enumerate(fh, start=1)
+
+
+def read_jsonl(path: str | Path, required: dict[str, type | tuple[type, ...]]) -> list[dict[str, Any]]:
+    """Rows of a JSON-lines file, each checked for the ``required`` fields and their types.
+
+    Blank lines are skipped. Raises :class:`DataFormatError` ``"<file>, line <n>: missing field 'x'"`` (or
+    invalid JSON, or a wrong type) at the first bad line, and ``FileNotFoundError`` naming the file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"data file {path} does not exist")
+    rows = []
+    for lineno, line in open_text(path):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataFormatError(f"{path}, line {lineno}: invalid JSON ({err.msg})") from None
+        if not isinstance(row, dict):
+            raise DataFormatError(f"{path}, line {lineno}: expected a JSON object, got {type(row).__name__}")
+        for name, kind in required.items():
+            if name not in row:
+                raise DataFormatError(f"{path}, line {lineno}: missing field {name!r}")
+            if not isinstance(row[name], kind):
+                raise DataFormatError(f"{path}, line {lineno}: field {name!r} should be "
+                                      f"{getattr(kind, '__name__', kind)}, got {type(row[name]).__name__}")
+        row["_line"] = lineno
+        rows.append(row)
+    return rows
+
+
+# ---- text windows fitted with the model's tokenizer ---------------------------------------------------
+
+
+def largest_fitting(fits: Callable[[int], bool], max_k: int, guess: int) -> int:
+    """Largest ``k`` in ``[0, max_k]`` with ``fits(k)``, for a monotone predicate (true up to some k).
+
+    Gallops from ``guess`` (doubling or halving) and then bisects, so the strings tokenised stay about the
+    size of the answer even when ``max_k`` is huge (a whole book). Returns 0 when nothing fits.
+    """
+    if max_k <= 0:
+        return 0
+    k = min(max(1, guess), max_k)
+    if fits(k):
+        lo = k
+        while lo < max_k:
+            hi = min(max_k, 2 * lo)
+            if not fits(hi):
+                break
+            lo = hi
+        else:
+            return max_k
+    else:
+        hi = k
+        lo = k // 2
+        while lo > 0 and not fits(lo):
+            hi, lo = lo, lo // 2
+        if lo == 0:
+            return 0
+    while hi - lo > 1:  # invariant: fits(lo), not fits(hi)
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def chars_per_token(tokenizer, text: str) -> float:
+    """Characters per token of ``text`` (its last 4000 characters) under ``tokenizer``: a sizing guess."""
+    sample = text[-4000:]
+    n = len(tokenizer(sample, add_special_tokens=False)["input_ids"])
+    return max(1.0, len(sample) / max(1, n))
+
+
+def suffix_with_tokens(tokenizer, text: str, n_tokens: int, add_special_tokens: bool = True) -> str:
+    """The longest suffix of ``text`` that has at most ``n_tokens`` tokens (special tokens included when
+    ``add_special_tokens``): "the last n tokens" cut at a character, re-tokenisable as the model sees it."""
+    def n_of(s: str) -> int:
+        return len(tokenizer(s, add_special_tokens=add_special_tokens)["input_ids"])
+
+    guess = int(n_tokens * chars_per_token(tokenizer, text))
+    k = largest_fitting(lambda k: n_of(text[len(text) - k:]) <= n_tokens, len(text), guess)
+    return text[len(text) - k:]
+
+
+def prefix_with_tokens(tokenizer, text: str, n_tokens: int, add_special_tokens: bool = False) -> str:
+    """The longest prefix of ``text`` with at most ``n_tokens`` tokens (no special tokens by default)."""
+    def n_of(s: str) -> int:
+        return len(tokenizer(s, add_special_tokens=add_special_tokens)["input_ids"])
+
+    guess = int(n_tokens * chars_per_token(tokenizer, text[:4000]))
+    return text[:largest_fitting(lambda k: n_of(text[:k]) <= n_tokens, len(text), guess)]
+
+
+def truncate_prompt(tokenizer, prompt: str, l_tr: int) -> str:
+    """The ``truncation`` baseline (paper A §5.4): keep the most recent ``l_tr`` tokens of the prompt.
+
+    Returns ``prompt`` unchanged when it already fits, else its longest suffix with at most ``l_tr`` tokens
+    (the model's special tokens, e.g. T5's ``</s>``, included), so the encoder sees at most L_tr tokens.
+    """
+    if count_tokens(tokenizer, prompt) <= l_tr:
+        return prompt
+    return suffix_with_tokens(tokenizer, prompt, l_tr)
+
+
+# ---- the standard-library corpus -----------------------------------------------------------------------
+
+
+def collapse_newlines(text: str) -> str:
+    """LCC preprocessing: runs of newlines (blank or whitespace-only lines) become one newline."""
+    kept = [line for line in text.split("\n") if line.strip()]
+    out = "\n".join(kept)
+    return out + "\n" if text.endswith("\n") and kept else out
+
+
+@lru_cache(maxsize=4)
+def stdlib_sources(root: str | None = None) -> tuple[tuple[str, str], ...]:
+    """(relative path, source) of the standard library's own ``.py`` files, sorted by path.
+
+    Tests, ``site-packages``, encodings tables and generated data modules are left out; files that are not
+    UTF-8 are skipped. The set depends on the Python version (recorded in each example's meta).
+    """
+    base = Path(root or sysconfig.get_paths()["stdlib"])
+    out = []
+    for path in sorted(base.rglob("*.py")):
+        rel = path.relative_to(base)
+        if any(part in _STDLIB_SKIP_DIRS or part.startswith("test") for part in rel.parts[:-1]):
+            continue
+        if rel.name.startswith(_STDLIB_SKIP_PREFIXES) or rel.name.startswith("test_"):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        if text.strip():
+            out.append((rel.as_posix(), text))
+    if not out:
+        raise FileNotFoundError(f"no Python sources found under the standard library at {base}")
+    return tuple(out)
+
+
+# ---- code rows -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CodeRow:
+    """One completion case: the code before the line, the line itself and where it came from."""
+
+    context: str
+    gt: str
+    source: str
+
+
+def read_lcc_jsonl(path: str | Path) -> list[CodeRow]:
+    """LCC rows from a local JSON-lines file with string fields ``context`` and ``gt``."""
+    rows = read_jsonl(path, {"context": str, "gt": str})
+    return [CodeRow(r["context"], r["gt"], f"{Path(path).name}:{r['_line']}") for r in rows]
+
+
+def load_lcc_hf(name: str = LCC_DATASET, split: str = "test") -> list[CodeRow]:
+    """LCC rows from the Hugging Face hub or local cache via ``datasets`` (fields ``context``, ``gt``)."""
+    try:
+        import datasets
+    except ImportError as err:  # pragma: no cover - datasets is a dependency
+        raise RuntimeError("loading LCC needs the 'datasets' package") from err
+    try:
+        ds = datasets.load_dataset(name, split=split)
+    except Exception as err:
+        raise RuntimeError(f"could not load the dataset {name!r} (split {split!r}) from the hub or the local "
+                           f"cache: {err}. Offline, use task.source=stdlib or task.source=jsonl "
+                           f"task.data_path=FILE with fields context and gt") from err
+    missing = [f for f in ("context", "gt") if f not in ds.column_names]
+    if missing:
+        raise DataFormatError(f"dataset {name} ({split}): missing field {missing[0]!r}; "
+                              f"columns are {ds.column_names}")
+    return [CodeRow(r["context"], r["gt"], f"{name}:{split}:{i}") for i, r in enumerate(ds)]
+
+
+def stdlib_row(rng: random.Random, tokenizer, n_tokens: int, files: tuple[tuple[str, str], ...],
+               max_tries: int = 400) -> CodeRow:
+    """An LCC-like row: the last ``n_tokens`` tokens (special tokens included) before a line boundary of a
+    standard-library file (newline runs collapsed), and that file's next line as ``gt``."""
+    for _ in range(max_tries):
+        rel, raw = files[rng.randrange(len(files))]
+        text = collapse_newlines(raw)
+        ratio = chars_per_token(tokenizer, text)
+        need = int(n_tokens * ratio * 1.05) + 1
+        if len(text) <= need:
+            continue
+        starts = [i + 1 for i, ch in enumerate(text) if ch == "\n" and i + 1 >= need and i + 1 < len(text)]
+        if not starts:
+            continue
+        cut = starts[rng.randrange(len(starts))]
+        gt = text[cut:].split("\n", 1)[0].strip()
+        if not gt:
+            continue
+        before = text[:cut]
+        context = suffix_with_tokens(tokenizer, before, n_tokens)
+        if len(context) < len(before):  # the file had more than n tokens before the line: exact fit
+            return CodeRow(context, gt, f"stdlib/{rel}:{text.count(chr(10), 0, cut) + 1}")
+    raise ValueError(f"could not find a standard-library file with {n_tokens} tokens before a line")
+
+
+class CodeCompletionTask:
+    """LCC next-line completion: seeded rows per length bucket, EM and edit similarity of the first line."""
+
+    name = "code_completion"
+    metrics = ("exact_match", "edit_similarity")
+
+    def __init__(self, max_new_tokens: int = 64, source: str = "auto", data_path: str | None = None,
+                 hf_dataset: str = LCC_DATASET, hf_split: str = "test", bucket_width: int = BUCKET_WIDTH,
+                 profile: str = "mini"):
+        self.max_new_tokens = max_new_tokens
+        self.source = resolve_source(source, data_path, profile)
+        self.data_path, self.hf_dataset, self.hf_split = data_path, hf_dataset, hf_split
+        self.bucket_width = int(bucket_width)
+        self._rows: list[CodeRow] | None = None
+        self._lengths: dict[tuple[int, str], list[int]] = {}
+
+    @classmethod
+    def from_config(cls, task_cfg: Any, profile: str = "mini") -> CodeCompletionTask:
+        """The task from its Hydra config (``conf/task/code_completion.yaml``)."""
+        return cls(max_new_tokens=int(task_cfg.max_new_tokens), source=task_cfg.get("source", "auto"),
+                   data_path=task_cfg.get("data_path"), hf_dataset=task_cfg.get("hf_dataset", LCC_DATASET),
+                   hf_split=task_cfg.get("hf_split", "test"),
+                   bucket_width=int(task_cfg.get("bucket_width", BUCKET_WIDTH)), profile=profile)
+
+    # ---- rows ------------------------------------------------------------------------------------------
+    def rows(self) -> list[CodeRow]:
+        """The real rows (``hf`` or ``jsonl`` source), loaded once."""
+        if self._rows is None:
+            if self.source == "jsonl":
+                if not self.data_path:
+                    raise ValueError("task.source=jsonl needs task.data_path=FILE (fields context, gt)")
+                self._rows = read_lcc_jsonl(self.data_path)
+            else:
+                self._rows = load_lcc_hf(self.hf_dataset, self.hf_split)
+        return self._rows
+
+    def _context_lengths(self, tokenizer) -> list[int]:
+        key = (id(tokenizer), getattr(tokenizer, "name_or_path", ""))
+        if key not in self._lengths:
+            self._lengths[key] = [count_tokens(tokenizer, collapse_newlines(r.context)) for r in self.rows()]
+        return self._lengths[key]
+
+    # ---- examples --------------------------------------------------------------------------------------
+    def examples(self, setting: Setting, tokenizer, n: int, seed: int) -> list[Example]:
+        """``n`` seeded examples at ``setting`` (a ``bucket`` lower bound or an exact ``tokens`` count)."""
+        if setting.unit not in ("bucket", "tokens"):
+            raise ValueError(f"code_completion settings are in bucket or tokens, not {setting.unit!r}")
+        if self.source == "stdlib":
+            return self._stdlib_examples(setting, tokenizer, n, seed)
+        return self._row_examples(setting, tokenizer, n, seed)
+
+    def _stdlib_examples(self, setting: Setting, tokenizer, n: int, seed: int) -> list[Example]:
+        files = stdlib_sources()
+        out = []
+        for i in range(n):
+            rng = random.Random(f"code_completion:{seed}:{i}")
+            if setting.unit == "bucket":
+                requested = rng.randrange(setting.value, setting.value + self.bucket_width)
+            else:
+                requested = setting.value
+            row = stdlib_row(rng, tokenizer, requested, files)
+            out.append(self._example(f"{seed}-{i}", row, row.context, requested, tokenizer, setting))
+        return out
+
+    def _row_examples(self, setting: Setting, tokenizer, n: int, seed: int) -> list[Example]:
+        rows, lengths = self.rows(), self._context_lengths(tokenizer)
+        if setting.unit == "bucket":
+            lo, hi = setting.value, setting.value + self.bucket_width
+            pool = [i for i, n_tok in enumerate(lengths) if lo <= n_tok < hi]
+        else:
+            pool = [i for i, n_tok in enumerate(lengths) if n_tok >= setting.value]
+        if not pool:
+            raise ValueError(f"no {self.source} row has a context in {setting.label} ({setting.value} "
+                             f"{setting.unit}) for this tokenizer")
+        chosen = pool if n >= len(pool) else sorted(random.Random(f"code_completion:{seed}").sample(pool, n))
+        out = []
+        for k, i in enumerate(chosen):
+            row = rows[i]
+            context = collapse_newlines(row.context)
+            requested = None
+            if setting.unit == "tokens":
+                requested = setting.value
+                context = suffix_with_tokens(tokenizer, context, requested)
+            out.append(self._example(f"{seed}-{k}", row, context, requested, tokenizer, setting))
+        return out
+
+    def _example(self, ex_id: str, row: CodeRow, context: str, requested: int | None, tokenizer,
+                 setting: Setting) -> Example:
+        meta: dict[str, Any] = {"source": row.source}
+        if setting.unit == "bucket":
+            meta["bucket"] = [setting.value, setting.value + self.bucket_width]
+        if self.source == "stdlib":
+            meta["python"] = sysconfig.get_python_version()
+        return Example(ex_id, context, row.gt, requested, count_tokens(tokenizer, context), meta)
+
+    # ---- scoring ---------------------------------------------------------------------------------------
+    def score(self, output: str, example: Example) -> dict[str, float]:
+        """EM (0/100) and edit similarity (0-100) of the output's first line against the ground truth.
+
+        Both sides are stripped of surrounding whitespace (indentation is not part of the completion and
+        T5 tokenizers do not reproduce it); EM compares whitespace-split tokens, ES the stripped strings.
+        """
+        pred, gt = first_line(output).strip(), str(example.target).strip()
+        return {"exact_match": 100.0 * code_exact_match(pred, gt), "edit_similarity": edit_similarity(pred, gt)}
+
+    @staticmethod
+    def truncated(example: Example, tokenizer, l_tr: int) -> Example:
+        """The ``truncation`` baseline's version of ``example``: the last ``l_tr`` tokens of its context.
+
+        ``requested_tokens`` keeps the bucket's request; ``actual_tokens`` is what the model now reads, and
+        ``meta["untruncated_tokens"]`` the original length (the table column stays the bucket).
+        """
+        prompt = truncate_prompt(tokenizer, example.prompt, l_tr)
+        meta = {**example.meta, "untruncated_tokens": example.actual_tokens, "truncated_to": l_tr}
+        return replace(example, prompt=prompt, actual_tokens=count_tokens(tokenizer, prompt), meta=meta)
+
+
+def resolve_source(source: str, data_path: str | None, profile: str, real: str = "hf",
+                   offline: str = "stdlib") -> str:
+    """``auto`` → ``jsonl`` when a data path is given, the real dataset (``hf``) in the paper profile, else
+    the offline corpus; explicit choices are checked against the known ones."""
+    valid = ("auto", real, "jsonl", offline)
+    if source not in valid:
+        raise ValueError(f"unknown task.source={source!r}; valid: {', '.join(valid)}")
+    if source != "auto":
+        return source
+    if data_path:
+        return "jsonl"
+    return real if profile == "paper" else offline
