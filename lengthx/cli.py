@@ -1,4 +1,4 @@
-"""The ``lengthx`` command: run | calibrate | tables | ls (DESIGN §1, §11).
+"""The ``lengthx`` command: run | calibrate | stats | tables | ls (DESIGN §1, §11).
 
 ``run`` and ``calibrate`` take Hydra overrides (``lengthx run task=passkey method=pmax``, ``-m`` sweeps,
 launchers); unknown config names fail before anything is loaded, with the valid names listed.
@@ -19,6 +19,7 @@ USAGE = """usage: lengthx <command> [args]
 commands:
   run [overrides]        run cells, e.g. lengthx run task=passkey method=pmax  (-m to sweep)
   calibrate [overrides]  Algorithm 1: print and cache τ per setting, e.g. lengthx calibrate method=pmax
+  stats [overrides]      dispersal statistics at τ=1 per setting and at L_tr (paper A Tables 1, 7; Figures 1-2)
   tables [--format latex|markdown|both] [--results-dir DIR] [--out DIR] [--compare-paper]
   ls                     list models, methods, tasks, profiles and experiments
 """
@@ -109,6 +110,20 @@ def _calibrate(cfg) -> None:
         sys.exit(2)
 
 
+def _stats(cfg) -> None:
+    from lengthx.analysis import run_statistics
+    from lengthx.models.loading import ModelNotAvailable
+    from lengthx.runner import Runner
+
+    try:
+        summary = run_statistics(Runner(cfg))
+    except ModelNotAvailable as err:
+        print(f"lengthx: {err}", file=sys.stderr)
+        sys.exit(2)
+    for s in summary:
+        print(f"{s['cell']:60s} {s['status']:6s} P_max={s.get('value', '')}")
+
+
 def _ls() -> None:
     from omegaconf import OmegaConf
 
@@ -142,6 +157,8 @@ def main(argv: list[str] | None = None) -> None:
             _hydra_entry(_run, rest, "lengthx run")
         elif cmd == "calibrate":
             _hydra_entry(_calibrate, rest, "lengthx calibrate")
+        elif cmd == "stats":
+            _hydra_entry(_stats, rest, "lengthx stats")
         elif cmd == "tables":
             from lengthx.tables import tables_main
 
@@ -149,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
         elif cmd == "ls":
             _ls()
         else:
-            raise UsageError(f"unknown command '{cmd}'. Valid commands: run, calibrate, tables, ls.")
+            raise UsageError(f"unknown command '{cmd}'. Valid commands: run, calibrate, stats, tables, ls.")
     except UsageError as err:
         print(f"lengthx: {err}", file=sys.stderr)
         sys.exit(2)

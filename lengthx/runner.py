@@ -252,8 +252,11 @@ class Runner:
         base = self._base_row(cell, chash, start)
         base.update(tau=tau_text, n=len(scores), L_req=round(sum(req) / len(req)) if req else "",
                     L_ex=round(sum(e.actual_tokens for e in examples) / len(examples), 1), status="ok")
-        return [{**base, "metric": m, "value": round(sum(s[m] for s in scores) / len(scores), 4)}
+        rows = [{**base, "metric": m, "value": round(sum(s[m] for s in scores) / len(scores), 4)}
                 for m in self.task.metrics]
+        # τ as a metric too, so the temperature tables (paper A Tables 8-11) render from the same CSV
+        mean_tau = sum(tau) / len(tau) if isinstance(tau, list) else tau
+        return rows + [{**base, "metric": "tau", "value": round(mean_tau, 4)}]
 
     def _base_row(self, cell: Cell, chash: str, start: float) -> dict[str, Any]:
         return {

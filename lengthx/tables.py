@@ -27,9 +27,20 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 # method id → row label, and the labels the papers' CSVs use for the same rows
 METHOD_LABELS = {"pmax": r"w/ $P_{\max}$", "entropy": "w/ $H$", "log": r"w/ $\log_{L_{ex}} L_{tr}$",
-                 "truncation": "w/ truncation", "prop1": "w/ Prop. 1", "prop2": "w/ Prop. 2"}
+                 "truncation": "w/ truncation", "prop1": "w/ Prop. 1", "prop2": "w/ Prop. 2",
+                 "pmax-per-layer": r"w/ $P_{\max}$ (per layer)", "entropy-per-layer": "w/ $H$ (per layer)"}
 PAPER_ROW_METHODS = {r"w/ P_{\max}": "pmax", "w/ P_{max}": "pmax", "w/ Max.": "pmax", "w/ H": "entropy",
                      "w/ Ent.": "entropy", r"w/ \log_{L_{ex}} L_{tr}": "log", "w/ truncation": "truncation"}
+
+
+@dataclass(frozen=True)
+class Row:
+    """An explicit table row: the method and metric it shows, its label here and in the paper's CSV."""
+
+    method: str
+    metric: str
+    label: str
+    paper_label: str
 
 
 @dataclass(frozen=True)
@@ -55,10 +66,17 @@ class TableSpec:
     bold_best: bool = False
     paper_csv: str | None = None  # relative to shared/paper/
     paper_header_rows: int = 3
+    rows: tuple[Row, ...] | None = None  # None: the model's row (method none) and one "w/ …" row per method
 
 
 def _cols(group: str, task: str, settings: list[str], metric: str = "accuracy") -> tuple[Column, ...]:
     return tuple(Column(group, task, s, metric) for s in settings)
+
+
+def _pairs(metric: str) -> tuple[Column, ...]:
+    """Paper A Tables 1/7: each retrieval task at L_tr and at its longest setting."""
+    return (_cols("Topic", "topics", ["L_tr", "25"], metric) + _cols("Line", "lines", ["L_tr", "680"], metric)
+            + _cols("Passkey", "passkey", ["L_tr", "55k"], metric))
 
 
 TABLES: dict[str, TableSpec] = {
@@ -70,6 +88,24 @@ TABLES: dict[str, TableSpec] = {
             + _cols("Line, # of lines", "lines", ["200", "300", "400", "500", "600", "680"])
             + _cols("Passkey, # of sentences", "passkey", ["20k", "30k", "40k", "50k", "55k"]),
             paper_csv="attention-alignment-tables/table4.csv",
+        ),
+        TableSpec(
+            "aa_table1", "Paper A, Table 1: dispersed attention of the encoder (τ = 1)",
+            _pairs("attn_pmax"), avg=False, digits=2, paper_csv="attention-alignment-tables/table1.csv",
+            rows=(Row("stats", "attn_pmax", "$P_{\\max}$", "P_{\\max}"), Row("stats", "attn_entropy", "$H$", "H")),
+        ),
+        TableSpec(
+            "aa_table7", "Paper A, Table 7: l_max of layer 0's average logit vector",
+            _pairs("l0_lmax"), avg=False, digits=2, paper_csv="attention-alignment-tables/table7.csv",
+            rows=(Row("stats", "l0_lmax", "$l_{\\max}$", "l_{\\max}"),),
+        ),
+        TableSpec(
+            "aa_table9", "Paper A, Table 9: temperatures of the retrieval tasks",
+            _cols("Topic, # of topics", "topics", ["5", "10", "15", "20", "25"], "tau")
+            + _cols("Line, # of lines", "lines", ["200", "300", "400", "500", "600", "680"], "tau")
+            + _cols("Passkey, # of sentences", "passkey", ["20k", "30k", "40k", "50k", "55k"], "tau"),
+            methods=("pmax", "entropy", "log", "prop1", "prop2"), avg=False, digits=2,
+            paper_csv="attention-alignment-tables/table9.csv",
         ),
     ]
 }
@@ -95,23 +131,37 @@ def latest_ok(df: pd.DataFrame) -> pd.DataFrame:
     return ok.drop_duplicates(["model", "method", "task", "setting", "metric"], keep="last")
 
 
-def read_paper_table(spec: TableSpec) -> dict[tuple[str, str], list[str]]:
-    """Published values by (paper model row, method id) → list aligned with the spec's columns (+ Avg.)."""
+def read_paper_table(spec: TableSpec) -> list[tuple[str, str, list[str]]]:
+    """Published rows of ``spec`` as (model group, row label, values aligned with the spec's columns)."""
     if spec.paper_csv is None or not (PAPER_DIR / spec.paper_csv).exists():
-        return {}
-    rows = list(csv.reader(open(PAPER_DIR / spec.paper_csv, encoding="utf-8")))[spec.paper_header_rows:]
-    out: dict[tuple[str, str], list[str]] = {}
-    model = ""
+        return []
+    with open(PAPER_DIR / spec.paper_csv, encoding="utf-8") as fh:
+        rows = list(csv.reader(fh))[spec.paper_header_rows:]
+    out, model = [], ""
     for row in rows:
         label, values = row[0], row[1:]
-        if label in PAPER_ROW_METHODS:
-            out[(model, PAPER_ROW_METHODS[label])] = values
-        elif all(v == label or v == "" for v in values):  # a model header row with no numbers
+        if label not in PAPER_ROW_METHODS and all(v in (label, "") for v in values):
+            model = label  # a model header row with no numbers
+            continue
+        if label not in PAPER_ROW_METHODS and not label.startswith("w/"):
             model = label
-        else:
-            model = label
-            out[(model, "none")] = values
+        out.append((model, label, values))
     return out
+
+
+def paper_values(published: list[tuple[str, str, list[str]]], role: str, method: str, row: Row | None) -> list[str]:
+    """The published values for one of our rows (model ``role``, ``method`` or an explicit ``row``)."""
+    for model, label, values in published:
+        if row is not None and label == row.paper_label:
+            return values
+        if row is None and method == "none" and label == role:
+            return values
+        if row is None and model == role and PAPER_ROW_METHODS.get(label) == method:
+            return values
+    # the paper gives some rows (e.g. the log row) once, for the last model only
+    if row is None and method == "log":
+        return next((v for _, lb, v in published if PAPER_ROW_METHODS.get(lb) == "log"), [])
+    return []
 
 
 @dataclass
@@ -134,27 +184,37 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False) -> Re
     index = {(r.model, r.method, r.task, str(r.setting), r.metric): r.value for r in ok.itertuples()}
     spec_tasks = {c.task for c in spec.columns}
     models = sorted({m for (m, _, t, _, _) in index if t in spec_tasks})
-    extra = sorted({me for (m, me, t, _, _) in index if t in spec_tasks and me not in spec.methods})
-    paper = read_paper_table(spec) if compare_paper else {}
+    extra = sorted({me for (m, me, t, _, mt) in index if t in spec_tasks and me not in spec.methods
+                    and me != "stats" and mt in {c.metric for c in spec.columns}})
+    published = read_paper_table(spec) if compare_paper else []
     body: list[tuple[str, list[str], bool]] = []  # (label, cells, is_model_row)
     missing: list[str] = []
     for model in models:
         role = info.get(model, {}).get("paper_role", model)
         display = info.get(model, {}).get("display", model)
-        for method in spec.methods + tuple(extra):
-            vals = [index.get((model, method, c.task, c.setting, c.metric)) for c in spec.columns]
+        rows: list[tuple[str, str | None, Row | None]] = (
+            [(r.method, r.metric, r) for r in spec.rows] if spec.rows
+            else [(m, None, None) for m in spec.methods + tuple(extra)])
+        if spec.rows or "none" not in spec.methods:
+            body.append((display, [""] * (len(spec.columns) + spec.avg), True))
+        for method, metric, row in rows:
+            vals = [index.get((model, method, c.task, c.setting, metric or c.metric)) for c in spec.columns]
             for task in dict.fromkeys(c.task for c in spec.columns):
                 gaps = [c.setting for c, v in zip(spec.columns, vals, strict=True) if v is None and c.task == task]
                 if gaps:
-                    missing.append(f"{model} / {method} / {task}: {', '.join(gaps)}")
+                    missing.append(f"{model} / {row.label if row else method} / {task}: {', '.join(gaps)}")
             if spec.avg:
                 vals.append(sum(vals) / len(vals) if all(v is not None for v in vals) else None)
             cells = [_fmt(v, spec.digits) for v in vals]
             if compare_paper:
-                pub = paper.get((role, method), [])
+                pub = paper_values(published, role, method, row)
                 cells = [f"{c or '–'} ({pub[i]})" if i < len(pub) and pub[i] else c for i, c in enumerate(cells)]
-            label = display if method == "none" else METHOD_LABELS.get(method, f"w/ {method}")
-            body.append((label, cells, method == "none"))
+            if row is not None:
+                label, is_model = row.label, False
+            else:
+                label = display if method == "none" else METHOD_LABELS.get(method, f"w/ {method}")
+                is_model = method == "none"
+            body.append((label, cells, is_model))
     headers = [c.setting for c in spec.columns] + (["Avg."] if spec.avg else [])
     groups: list[tuple[str, int]] = []
     for c in spec.columns:

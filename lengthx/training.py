@@ -48,6 +48,8 @@ log = logging.getLogger("lengthx.train")
 
 META_FILE = "lengthx_train.json"
 SOURCES = ("stdlib", "files", "scientific_papers")
+# model keys that decide the weights a run starts from (display names and notes may change freely)
+_HASHED_MODEL_KEYS = ("name", "hub_id", "path", "family", "l_tr", "revision")
 # knobs that do not change what is trained (left out of the run's config hash)
 _UNHASHED_TRAIN_KEYS = ("output_dir", "overwrite", "save_every", "keep_checkpoints", "log_every",
                         "stop_after_steps", "progress")
@@ -104,7 +106,7 @@ def stdlib_documents(split: str, test_percent: float = 10.0, max_docs: int | Non
 
 
 def file_documents(files: list[str], split: str, test_percent: float = 10.0, max_docs: int | None = None,
-                   sample_by: str = "document"):
+                   sample_by: str = "document", cache_dir: str | None = None):
     """Any local text, read with ``datasets.load_dataset("text", …)``.
 
     With ``sample_by=document`` each file is one document and files are split train/test by a hash of
@@ -122,11 +124,12 @@ def file_documents(files: list[str], split: str, test_percent: float = 10.0, max
         chosen = _select([(p, Path(p)) for p in paths], split, test_percent, max_docs)
         if not chosen:
             return _documents_dataset([])
-        ds = load_dataset("text", data_files=[str(q) for _, q in chosen], sample_by="document", split="train")
+        ds = load_dataset("text", data_files=[str(q) for _, q in chosen], sample_by="document", split="train",
+                          cache_dir=cache_dir)
         return _documents_dataset([(i, row["text"]) for (i, _), row in zip(chosen, ds, strict=True)])
     items = []
     for p in paths:
-        ds = load_dataset("text", data_files=[p], sample_by=sample_by, split="train")
+        ds = load_dataset("text", data_files=[p], sample_by=sample_by, split="train", cache_dir=cache_dir)
         items += [(f"{p}#{n}", row["text"]) for n, row in enumerate(ds)]
     keep = [it for it in items if is_test_document(it[0], test_percent) == (split == "test")]
     keep.sort(key=lambda it: _doc_order(it[0]))
@@ -146,6 +149,8 @@ def arxiv_documents(split: str, data_cfg: Any):
     name = data_cfg.get("hf_name") or "arxiv"
     field_name = data_cfg.get("text_field") or "article"
     kwargs: dict[str, Any] = {}
+    if data_cfg.get("cache_dir"):
+        kwargs["cache_dir"] = str(Path(data_cfg.cache_dir).expanduser() / "hf")
     if data_cfg.get("hf_revision"):
         kwargs["revision"] = data_cfg.hf_revision
     try:
@@ -187,7 +192,9 @@ def load_documents(data_cfg: Any, split: str, profile: str = "mini"):
         if not files:
             raise ValueError("data.source=files needs data.files=[path, …]")
         files = [files] if isinstance(files, str) else list(files)
-        return file_documents(files, split, test_percent, max_docs, data_cfg.get("sample_by") or "document")
+        hf_cache = str(Path(data_cfg.cache_dir).expanduser() / "hf") if data_cfg.get("cache_dir") else None
+        return file_documents(files, split, test_percent, max_docs, data_cfg.get("sample_by") or "document",
+                              hf_cache)
     return arxiv_documents(split, data_cfg)
 
 
@@ -454,7 +461,8 @@ def resolve_run(cfg: DictConfig) -> RunSpec:
     container = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(container, dict)
     train_cfg = {k: v for k, v in container.get("train", {}).items() if k not in _UNHASHED_TRAIN_KEYS}
-    relevant = {"model": container["model"], "method": method.name, "l_t": l_t, "l_e": l_e,
+    model_part = {k: v for k, v in container["model"].items() if k in _HASHED_MODEL_KEYS}
+    relevant = {"model": model_part, "method": method.name, "l_t": l_t, "l_e": l_e,
                 "data": {k: v for k, v in container.get("data", {}).items() if k not in ("cache_dir", "num_proc")},
                 "train": train_cfg, "seed": container.get("seed", 0),
                 "profile": container.get("profile", {}).get("name", "mini")}
@@ -476,6 +484,7 @@ class TrainResult:
     step: int
     resumed_from: int
     curve: list[dict[str, Any]]
+    is_main: bool = True
 
 
 def _checkpoints(out: Path) -> list[Path]:
@@ -521,6 +530,10 @@ def train(cfg: DictConfig) -> TrainResult:
 
     spec = resolve_run(cfg)
     tc = cfg.train
+    # accelerate logs every checkpoint file at INFO and notes the tied lm_head (GPT-2, BLOOM) at WARNING on
+    # each save; the tie is restored on load (exact-resume tests check it), so keep only errors
+    logging.getLogger("accelerate").setLevel(logging.WARNING)
+    logging.getLogger("accelerate.utils.other").setLevel(logging.ERROR)
     device = str(cfg.get("device") or "auto")
     cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
     accelerator = Accelerator(cpu=cpu, mixed_precision=_precision(str(tc.get("precision", "auto")),
@@ -603,6 +616,7 @@ def train(cfg: DictConfig) -> TrainResult:
             step_loss += loss.detach() / ga
         if tc.get("max_grad_norm"):
             accelerator.clip_grad_norm_(model.parameters(), float(tc.max_grad_norm))
+        lr = schedule.get_last_lr()[0]  # the LR this step uses
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
@@ -614,7 +628,7 @@ def train(cfg: DictConfig) -> TrainResult:
         window = (window + [(dt, plan.tokens_per_step)])[-20:]
         tok_s = sum(n for _, n in window) / max(1e-9, sum(t for t, _ in window))
         if main:
-            row = {"step": state.step, "loss": round(mean_loss, 6), "lr": schedule.get_last_lr()[0],
+            row = {"step": state.step, "loss": round(mean_loss, 6), "lr": lr,
                    "tokens": state.tokens, "seconds": round(state.seconds, 3)}
             with open(out / "curve.jsonl", "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row) + "\n")
@@ -647,7 +661,7 @@ def train(cfg: DictConfig) -> TrainResult:
             os.replace(tmp, final_dir)
         accelerator.wait_for_everyone()
     accelerator.end_training()
-    return TrainResult(out, final_dir, plan, state.step, resumed_from, read_curve(out) if main else [])
+    return TrainResult(out, final_dir, plan, state.step, resumed_from, read_curve(out) if main else [], main)
 
 
 def _save_checkpoint(accelerator: Any, out: Path, step: int, keep: int) -> None:

@@ -161,11 +161,12 @@ class TaskSampler:
         return ids, str(key)
 
     def lines(self, ramp: float) -> tuple[list[int], str]:
-        """Half the records start with ``lines_max`` lines (then trimmed to fit, i.e. full length), half
-        with a uniform 1..``lines_max``; random non-asked lines are dropped until the prompt fits L_tr."""
+        """A share ``lines_full_frac`` of the records start with ``lines_max`` lines (then trimmed to fit, i.e.
+        full length), the rest with a uniform 1..``lines_max``; random non-asked lines are dropped until the
+        prompt fits L_tr."""
         rng, a = self.rng, self.args
         hi = max(2, round(2 + ramp * (a.lines_max - 2)))
-        case = lines_case(hi if rng.random() < 0.5 else rng.randint(1, hi), rng)
+        case = lines_case(hi if rng.random() < a.lines_full_frac else rng.randint(1, hi), rng)
         pairs, query = list(case.pairs), case.query_idx
         ids = self.encode(case.prompt)
         while len(ids) > a.l_tr:
@@ -445,6 +446,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--w-lines", type=float, default=0.55)
     p.add_argument("--w-lm", type=float, default=0.20)
     p.add_argument("--lines-max", type=int, default=8, help="most lines drawn before fitting to L_tr")
+    p.add_argument("--lines-full-frac", type=float, default=0.5, help="share of full-length lines records")
     p.add_argument("--lm-target", type=int, default=32)
     p.add_argument("--lm-tokens", type=int, default=4_000_000, help="stdlib tokens kept for the LM stream")
     p.add_argument("--workers", type=int, default=max(0, min(12, (os.cpu_count() or 2) - 2)))

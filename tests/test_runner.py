@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -34,26 +35,34 @@ def _rows(results: Path) -> pd.DataFrame:
 
 
 def test_run_writes_rows_and_tables(tiny_model_dir, tmp_path):
+    # L_tr = 30 scales the paper's passkey lengths (5405…14865 tokens at L_tr 512) to 317…871 tokens
     res = tmp_path / "res"
+    common = [f"model.path={tiny_model_dir}", "model.l_tr=30", "task.num_examples=2", f"results_dir={res}"]
     for method in ("log", "none"):
-        p = _run(["run", "task=passkey", f"method={method}", *_common(tiny_model_dir, res)])
+        p = _run(["run", "task=passkey", f"method={method}", *common])
         assert p.returncode == 0, p.stderr[-2000:]
     df = ResultsStore(res).read()
     assert set(df["method"]) == {"log", "none"} and (df["status"] == "ok").all()
-    log_rows = df[df["method"] == "log"]
-    # τ = log L_tr / log L_ex with the measured mean length, and L_ex within 2% of requested
-    for r in log_rows.itertuples():
-        assert r.tau == pytest.approx(min(1.0, __import__("math").log(300) / __import__("math").log(r.L_ex)))
-        assert abs(r.L_ex - r.L_req) / r.L_req < 0.02
+    acc = df[df["metric"] == "accuracy"]
+    assert sorted(acc["setting"]) == sorted(["20k", "30k", "40k", "50k", "55k"] * 2)
+    for r in df.itertuples():  # τ = log L_tr / log L_ex with the measured mean length; lengths within 2%
+        expected = math.log(30) / math.log(r.L_ex) if r.method == "log" else 1.0
+        assert r.tau == pytest.approx(expected) and abs(r.L_ex - r.L_req) / r.L_req < 0.02
+    taus = df[df["metric"] == "tau"]
+    assert list(taus["value"]) == pytest.approx(list(taus["tau"]), abs=1e-4)
     # rerun is a no-op: no duplicate rows
-    p = _run(["run", "task=passkey", "method=none", *_common(tiny_model_dir, res)])
+    p = _run(["run", "task=passkey", "method=none", *common])
     assert p.returncode == 0 and len(ResultsStore(res).read()) == len(df)
     p = _run(["tables", "--results-dir", str(res)])
     assert p.returncode == 0, p.stderr
-    md = (res / "tables" / "aa_table4.md").read_text()
+    md = (res / "tables" / "aa_table4.md").read_text().splitlines()
     tex = (res / "tables" / "aa_table4.tex").read_text()
-    assert "tiny" in md or "mini-t5" in md
-    assert r"\toprule" in tex and r"w/ $\log_{L_{ex}} L_{tr}$" in tex and "w/ log" in md
+    base = next(line for line in md if line.startswith("| **mini-T5**")).split("|")[1:-1]
+    log_row = next(line for line in md if line.startswith("| w/ log")).split("|")[1:-1]
+    for row, method in ((base, "none"), (log_row, "log")):
+        want = acc[acc["method"] == method].set_index("setting")["value"]
+        assert [c.strip() for c in row[12:17]] == [f"{want[s]:.0f}" for s in ["20k", "30k", "40k", "50k", "55k"]]
+    assert r"\toprule" in tex and r"w/ $\log_{L_{ex}} L_{tr}$" in tex and "mini-T5" in tex
 
 
 def test_resume_after_kill_matches_uninterrupted(tiny_model_dir, tmp_path):

@@ -37,8 +37,8 @@ import torch
 
 from lengthx.attention.temperature import STATS_ATTR
 
-# the logit-vector capture sorts at most this many logits at once (bounded memory, DESIGN §9)
-SORT_CHUNK_ELEMENTS = 1 << 22
+# the logit-vector capture sorts at most this many logits at once (with int64 indices: 8 MiB, DESIGN §9)
+SORT_CHUNK_ELEMENTS = 1 << 19
 
 
 def softmax_stats_(

@@ -5,9 +5,23 @@ from __future__ import annotations
 from typing import Any
 
 from lengthx.tasks.base import Example, Setting, resolve_settings
+from lengthx.tasks.code_completion import CodeCompletionTask
+from lengthx.tasks.code_key import CodeKeyTask
+from lengthx.tasks.lines_task import LinesTask
+from lengthx.tasks.lm import LMTask
+from lengthx.tasks.mdqa import MDQATask
 from lengthx.tasks.passkey import PasskeyTask
+from lengthx.tasks.topics import TopicsTask
 
-TASKS: dict[str, type] = {"passkey": PasskeyTask}
+TASKS: dict[str, type] = {
+    "passkey": PasskeyTask,
+    "lines": LinesTask,
+    "topics": TopicsTask,
+    "mdqa": MDQATask,
+    "code_completion": CodeCompletionTask,
+    "code_key": CodeKeyTask,
+    "lm": LMTask,
+}
 
 
 def build_task(task_cfg: Any) -> Any:

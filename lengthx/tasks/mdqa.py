@@ -227,7 +227,11 @@ def _document(town: str, facts: list[str], rng: random.Random, n_filler: int) ->
 def generate_record(rng: random.Random, n_distractors: int = 29) -> QARecord:
     """One generated question in the Lost-in-the-Middle schema. The gold document (about town T) states
     the asked fact; distractors state the same kind of fact about other towns, or (two of them) other
-    facts about T itself, so neither the title nor the sentence pattern alone finds the answer."""
+    facts about T itself, so neither the title nor the sentence pattern alone finds the answer.
+
+    The gold document is short (its facts and one or two other sentences, ~40 words) because it is never
+    cut; distractors are long (~120 words) with their facts among the first sentences, so token fitting
+    (which cuts distractors from the end) can reach any requested length and keeps their facts."""
     attr = rng.choice(list(_ATTRIBUTES))
     question_t, fact_t, _ = _ATTRIBUTES[attr]
     towns: list[str] = []
@@ -240,17 +244,18 @@ def generate_record(rng: random.Random, n_distractors: int = 29) -> QARecord:
     other_attrs = [a for a in _ATTRIBUTES if a != attr]
     gold_facts = [fact_t.format(town=town, value=answer)] + [
         _ATTRIBUTES[a][1].format(town=town, value=_value(a, rng)) for a in rng.sample(other_attrs, 1)]
-    gold = _document(town, gold_facts, rng, rng.randint(5, 7))
+    gold = _document(town, gold_facts, rng, rng.randint(1, 2))
     distractors = []
     for k in range(n_distractors):
         if k < 2:  # same town, other facts
             facts = [_ATTRIBUTES[a][1].format(town=town, value=_value(a, rng)) for a in rng.sample(other_attrs, 2)]
-            distractors.append(_document(town, facts, rng, rng.randint(5, 7)))
+            distractors.append(_document(town, facts, rng, rng.randint(8, 11)))
         else:  # other town, same kind of fact with another value
             other, value = towns[k - 1], _value(attr, rng)
             while value == answer:
                 value = _value(attr, rng)
-            distractors.append(_document(other, [fact_t.format(town=other, value=value)], rng, rng.randint(5, 7)))
+            distractors.append(_document(other, [fact_t.format(town=other, value=value)], rng,
+                                         rng.randint(8, 11)))
     rng.shuffle(distractors)
     return QARecord(question_t.format(town=town), (answer,), gold, tuple(distractors), "generated")
 

@@ -1,0 +1,264 @@
+"""Perplexity at L_t, 2L_t, 4L_t (… 5L_t) for paper B's Tables 2-5 and Figure 2 (paper B §4.5, §5.1).
+
+Protocol (paper B §4.1, §4.5; DESIGN §5): held-out documents are cut into non-overlapping sequences of the
+evaluation length L (remainder dropped, one document per sequence, no packing); every sequence is scored
+whole, with no sliding window: ppl(x) = exp(−(1/n) Σ_i log p(x_i | x_<i)) over its n = L − 1 predicted
+tokens (eq. 3). A cell reports the **mean of the per-sequence perplexities** (``ppl``, the paper's number)
+and the **token-weighted perplexity** exp(Σ NLL / Σ n) (``ppl_tokens``).
+
+Settings are multiples of the model's L_t (``task.factors``; labels ``L_t``, ``2L_t``, …). An APE model
+(GPT-2) evaluated beyond its table is linearly interpolated to the evaluation length first (§3.2, the
+out-of-the-box extension of §5.1), always from the checkpoint's own table. RoPE and ALiBi need nothing.
+
+Method ids in results: a stock model is ``ootb``; a checkpoint written by ``lengthx train`` carries its
+training label (``lengthx_train.json``), suffixed ``@<β>L_t`` when it was trained to L_e = βL_t > L_t
+(``chunk-0.25@4L_t``), so Table 3's "chunk-0.25, 4L_t" cell is the 4L_t-trained model at 4L_t.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from lengthx.tasks.base import Setting
+
+log = logging.getLogger("lengthx")
+
+TASK_NAME = "segmented_ppl"
+METRICS = ("ppl", "ppl_tokens")
+LOGIT_BLOCK = 1024  # rows of logits materialised at once (vocab × block floats)
+
+
+def factor_label(factor: float) -> str:
+    """``1`` → ``L_t``, ``2`` → ``2L_t``, ``2.5`` → ``2.5L_t``."""
+    return "L_t" if factor == 1 else f"{factor:g}L_t"
+
+
+def resolve_settings(task_cfg: Any, l_t: int) -> list[Setting]:
+    """Evaluation lengths: ``task.settings`` in tokens if given, else ``task.factors`` × L_t."""
+    explicit = task_cfg.get("settings")
+    if explicit:
+        out = []
+        for v in explicit:
+            v = int(v)
+            label = factor_label(v / l_t) if v % l_t == 0 or (2 * v) % l_t == 0 else str(v)
+            out.append(Setting(label, v, "tokens"))
+        return out
+    factors = task_cfg.get("factors") or [1, 2, 4]
+    return [Setting(factor_label(float(f)), int(round(float(f) * l_t)), "tokens") for f in factors]
+
+
+def method_label(model_cfg: Any, l_t: int) -> str:
+    """``ootb`` for a stock model; a trained checkpoint's label, with ``@βL_t`` when L_e > L_t."""
+    from lengthx.training import source_meta
+
+    meta = source_meta(model_cfg)
+    if not meta:
+        return "ootb"
+    label = str(meta.get("label") or meta.get("method"))
+    l_e = int(meta.get("l_e") or l_t)
+    return label if l_e <= l_t else f"{label}@{factor_label(l_e / l_t)}"
+
+
+def _checkpoint_fingerprint(model_cfg: Any) -> str:
+    from lengthx.training import source_meta
+
+    meta = source_meta(model_cfg)
+    return f"{meta.get('config_hash', '')}:{meta.get('steps', '')}" if meta else ""
+
+
+# ---- scoring --------------------------------------------------------------------------------------------
+@torch.no_grad()
+def sequence_nll(model: torch.nn.Module, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed next-token NLL and number of predictions of each row of ``input_ids`` (B, L), no window.
+
+    The body runs once over the whole sequence (positions 0…L−1, an all-ones mask); logits are formed
+    ``LOGIT_BLOCK`` rows at a time in fp32 so a long sequence with a large vocabulary fits in memory.
+    """
+    from lengthx.segmented_models import base_model
+
+    body, head = base_model(model), model.get_output_embeddings()
+    mask = torch.ones_like(input_ids)
+    hidden = body(input_ids=input_ids, attention_mask=mask, use_cache=False).last_hidden_state
+    nll = torch.zeros(input_ids.shape[0], dtype=torch.float64, device=input_ids.device)
+    length = input_ids.shape[1]
+    for s in range(0, length - 1, LOGIT_BLOCK):
+        e = min(length - 1, s + LOGIT_BLOCK)
+        logits = head(hidden[:, s:e]).float()
+        ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), input_ids[:, s + 1:e + 1], reduction="none")
+        nll += ce.double().sum(-1)
+    return nll, torch.full_like(nll, length - 1)
+
+
+@dataclass
+class LengthState:
+    """Keeps a GPT-2's own position table so every evaluation length interpolates from it."""
+
+    family: str
+    original_wpe: torch.Tensor | None = None
+
+    @classmethod
+    def capture(cls, model: torch.nn.Module, family: str) -> LengthState:
+        from lengthx.segmented_models import base_model
+
+        wpe = base_model(model).wpe.weight.detach().clone() if family == "gpt2" else None
+        return cls(family, wpe)
+
+    def set_length(self, model: torch.nn.Module, length: int) -> str:
+        """Make ``model`` accept ``length`` tokens; returns a note on what was done ('' if nothing)."""
+        from lengthx.positions import interpolate_ape
+        from lengthx.segmented_models import base_model, extend_rope
+
+        if self.family == "gpt2" and self.original_wpe is not None:
+            body, n0 = base_model(model), self.original_wpe.shape[0]
+            table = self.original_wpe if length <= n0 else interpolate_ape(self.original_wpe, length)
+            if body.wpe.num_embeddings != table.shape[0]:
+                body.wpe = torch.nn.Embedding.from_pretrained(table.clone(), freeze=True)
+            else:
+                with torch.no_grad():
+                    body.wpe.weight.copy_(table)
+            model.config.n_positions = table.shape[0]
+            return f"APE interpolated {n0}->{length}" if length > n0 else ""
+        if self.family == "gpt_neox":
+            extend_rope(model, length)
+        return ""
+
+
+class SegmentedPPLTask:
+    """Paper B's perplexity task: test sequences of a length, scored whole."""
+
+    name = TASK_NAME
+    metrics = METRICS
+    max_new_tokens = 0
+
+    def __init__(self, task_cfg: Any, profile: str = "mini"):
+        self.cfg = task_cfg
+        self.profile = profile
+
+    def sequences(self, tokenizer: Any, length: int, n: int | None) -> list[tuple[str, torch.Tensor]]:
+        """The first ``n`` (all when None) held-out ``length``-token sequences, in a fixed order."""
+        from lengthx.training import piece_dataset
+
+        pieces = piece_dataset(self.cfg.data, tokenizer, str(self.cfg.get("split") or "test"), length,
+                               self.profile)
+        count = len(pieces) if n is None else min(int(n), len(pieces))
+        if count == 0:
+            raise ValueError(f"no held-out document is at least {length} tokens long; add data (data.files=…, "
+                             "data.max_docs) or evaluate shorter lengths (task.factors)")
+        rows = pieces.select(range(count))
+        return [(f"{r['doc_id']}#{int(r['piece'])}", r["input_ids"].long()) for r in rows]
+
+
+def _token_hash(ids: torch.Tensor) -> str:
+    return hashlib.sha256(ids.to(torch.int64).cpu().numpy().tobytes()).hexdigest()[:16]
+
+
+def score_cell(loaded: Any, task: SegmentedPPLTask, setting: Setting, store: Any, cell_key: str, n: int | None,
+               batch_size: int, lengths: LengthState) -> dict[str, Any]:
+    """Score one setting, resuming from (and appending to) the cell's records; returns metrics and counts."""
+    note = lengths.set_length(loaded.model, setting.value)
+    seqs = task.sequences(loaded.tokenizer, setting.value, n)
+    done = store.load_records(cell_key)
+    results: dict[str, tuple[float, int]] = {}
+    todo = []
+    for sid, ids in seqs:
+        rec = done.get(sid)
+        if rec is not None and rec.get("prompt_hash") == _token_hash(ids):
+            results[sid] = (float(rec["scores"]["nll"]), int(rec["scores"]["tokens"]))
+        else:
+            todo.append((sid, ids))
+    bar = tqdm(total=len(seqs), initial=len(results), desc=cell_key, unit="seq", leave=False)
+    for i in range(0, len(todo), max(1, batch_size)):
+        chunk = todo[i:i + batch_size]
+        ids = torch.stack([t for _, t in chunk]).to(loaded.device)
+        nll, cnt = sequence_nll(loaded.model, ids)
+        for (sid, row), s, c in zip(chunk, nll.tolist(), cnt.tolist(), strict=True):
+            results[sid] = (s, int(c))
+            store.append_record(cell_key, {
+                "id": sid, "prompt_hash": _token_hash(row), "target": None, "output": None,
+                "scores": {"nll": s, "tokens": int(c), "ppl": math.exp(s / c)},
+                "requested_tokens": setting.value, "actual_tokens": int(row.numel()), "meta": {"note": note}})
+        bar.update(len(chunk))
+        ppls = [math.exp(s / c) for s, c in results.values()]
+        bar.set_postfix(ppl=f"{sum(ppls) / len(ppls):.3f}")
+    bar.close()
+    vals = [results[sid] for sid, _ in seqs]
+    mean_ppl = sum(math.exp(s / c) for s, c in vals) / len(vals)
+    tok_ppl = math.exp(sum(s for s, _ in vals) / sum(c for _, c in vals))
+    return {"ppl": mean_ppl, "ppl_tokens": tok_ppl, "n": len(vals), "note": note}
+
+
+def run_task(cfg: Any, loaded: Any = None) -> list[dict[str, Any]]:
+    """``lengthx run task=segmented_ppl``: every setting of one model into the results store.
+
+    Same contract as :meth:`lengthx.runner.Runner.run`: a finished cell is skipped, an interrupted one
+    resumes from its per-sequence records, an OOM or error becomes a status row and the sweep goes on.
+    Returns one summary dict per cell (``cell``, ``status``, ``value`` = mean perplexity).
+    """
+    from lengthx.models.loading import load_model
+    from lengthx.results import ResultsStore, git_commit, now, versions
+    from lengthx.runner import config_hash
+    from lengthx.segmented_models import check_family
+
+    if cfg.method.name != "none":
+        raise ValueError("task=segmented_ppl scores a model as it is: use method=none, and pick a trained "
+                         "checkpoint with model.path=DIR (its training method is read from lengthx_train.json)")
+    check_family(str(cfg.model.family))
+    store = ResultsStore(Path(cfg.results_dir))
+    profile = str(cfg.profile.name)
+    task = SegmentedPPLTask(cfg.task, profile)
+    l_t = int(cfg.task.get("l_t") or cfg.model.l_tr)
+    method = method_label(cfg.model, l_t)
+    fingerprint = _checkpoint_fingerprint(cfg.model)
+    n = cfg.task.get("num_examples") or cfg.profile.get("num_examples") or cfg.task.get("paper_num_examples")
+    n = int(n) if n else None
+    lengths: LengthState | None = None
+    summary = []
+    for setting in resolve_settings(cfg.task, l_t):
+        key = f"{cfg.model.name}|{method}|{TASK_NAME}|{setting.label}"
+        chash = hashlib.sha256(f"{config_hash(cfg, setting)}|{fingerprint}".encode()).hexdigest()[:12]
+        if store.is_done(key, chash):
+            log.info("skip finished cell %s", key)
+            summary.append({"cell": key, "status": "done"})
+            continue
+        start = time.time()
+        base = {"paper": cfg.task.get("paper", "B"), "table": cfg.get("table") or cfg.task.get("table"),
+                "model": cfg.model.name, "method": method, "task": TASK_NAME, "setting": setting.label,
+                "L_tr": l_t, "L_req": setting.value, "L_ex": setting.value, "seed": cfg.task.get("seed", 0),
+                "cell": key, "config_hash": chash, "git_commit": git_commit(), "versions": versions(),
+                "timestamp": now()}
+        try:
+            if loaded is None:
+                loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+            if lengths is None:
+                lengths = LengthState.capture(loaded.model, str(cfg.model.family))
+            res = score_cell(loaded, task, setting, store, key, n, int(cfg.get("batch_size") or 1), lengths)
+            rows = [{**base, "metric": m, "value": round(res[m], 4), "n": res["n"], "status": "ok",
+                     "message": res["note"], "device": str(loaded.device), "seconds": round(time.time() - start, 2)}
+                    for m in METRICS]
+            status = "ok"
+        except (torch.OutOfMemoryError, MemoryError) as err:
+            rows, status = [_status_row(base, "oom", err, start)], "oom"
+        except Exception as err:  # one failing cell must not sink the sweep
+            if type(err).__name__ == "ModelNotAvailable":
+                raise
+            log.error("cell %s failed: %s: %s (recorded as a status row)", key, type(err).__name__, err)
+            rows, status = [_status_row(base, "error", err, start)], "error"
+        store.append_rows(rows, key, chash)
+        summary.append({"cell": key, "status": status, **({"value": rows[0]["value"]} if status == "ok" else {})})
+        if status != "ok" and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return summary
+
+
+def _status_row(base: dict[str, Any], status: str, err: BaseException, start: float) -> dict[str, Any]:
+    return {**base, "metric": METRICS[0], "value": "", "n": 0, "status": status,
+            "message": f"{type(err).__name__}: {err}"[:500], "seconds": round(time.time() - start, 2)}

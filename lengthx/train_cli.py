@@ -1,0 +1,117 @@
+"""``lengthx train``: Hydra entry of paper B's continued pre-training (:mod:`lengthx.training`).
+
+The training configs live in ``conf/train/`` (``config.yaml``, groups ``method/`` and ``profile/``); models
+are the shared ``conf/model/`` entries, registered into Hydra's ConfigStore as the ``model`` group, so
+``lengthx train model=pythia-160m method=chunk-0.25 l_e_factor=4`` and ``model.path=DIR`` work as in
+``lengthx run``. Data-parallel:
+
+    accelerate launch --num_processes 4 -m lengthx.train_cli profile=paper model=gpt2 method=chunk-0.25
+    accelerate launch --cpu --num_processes 2 -m lengthx.train_cli model.path=DIR train.max_steps=4
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+CONF_DIR = Path(os.environ.get("LENGTHX_CONF", PACKAGE_DIR.parent / "conf")).resolve()
+TRAIN_CONF_DIR = CONF_DIR / "train"
+TRAIN_GROUPS = {"model": CONF_DIR / "model", "method": TRAIN_CONF_DIR / "method",
+                "profile": TRAIN_CONF_DIR / "profile"}
+
+
+class TrainUsageError(Exception):
+    """A user mistake in ``lengthx train`` arguments, reported without a traceback."""
+
+
+def _choices(group: str) -> list[str]:
+    return sorted(p.stem for p in TRAIN_GROUPS[group].glob("*.yaml"))
+
+
+def check_train_overrides(argv: list[str]) -> None:
+    """Fail fast on unknown model / method / profile names, listing the valid ones."""
+    for ov in argv:
+        if "=" not in ov or ov.startswith("-"):
+            continue
+        key, value = ov.split("=", 1)
+        key = key.lstrip("+~").removeprefix("override ")
+        if key not in TRAIN_GROUPS:
+            continue
+        valid = _choices(key)
+        for v in value.split(","):
+            if v and v not in valid:
+                raise TrainUsageError(f"unknown {key} '{v}' for lengthx train. Valid {key} names: {', '.join(valid)}.")
+
+
+def register_model_configs() -> None:
+    """Make ``conf/model/*.yaml`` the ``model`` group of the training config (ConfigStore)."""
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    cs = ConfigStore.instance()
+    for path in sorted((CONF_DIR / "model").glob("*.yaml")):
+        cs.store(group="model", name=path.stem, node=OmegaConf.load(path))
+
+
+def _register_resolvers() -> None:
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("lengthx_pkg"):
+        OmegaConf.register_new_resolver("lengthx_pkg", lambda rel: str(PACKAGE_DIR / rel))
+
+
+def compose_train_config(overrides: list[str] | None = None) -> Any:
+    """The resolved-on-access training config for ``overrides`` (for tests and programmatic runs)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    overrides = list(overrides or [])
+    check_train_overrides(overrides)
+    _register_resolvers()
+    register_model_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(TRAIN_CONF_DIR), version_base=None):
+        return compose(config_name="config", overrides=overrides)
+
+
+def _train(cfg: Any) -> None:
+    from lengthx.models.loading import ModelNotAvailable
+    from lengthx.training import main_summary, train
+
+    try:
+        result = train(cfg)
+    except ModelNotAvailable as err:
+        print(f"lengthx train: {err}", file=sys.stderr)
+        sys.exit(2)
+    if result.is_main:
+        print(main_summary(result))
+
+
+def train_main(argv: list[str]) -> None:
+    """``lengthx train [overrides]``: run (or resume) one training run per Hydra job (``-m`` sweeps)."""
+    import hydra
+
+    if argv and argv[0] in ("-h", "--help", "help"):
+        print(__doc__)
+        print("methods:  " + ", ".join(_choices("method")))
+        print("profiles: " + ", ".join(_choices("profile")))
+        print("models:   " + ", ".join(_choices("model")))
+        return
+    try:
+        check_train_overrides(argv)
+    except TrainUsageError as err:
+        print(f"lengthx: {err}", file=sys.stderr)
+        sys.exit(2)
+    _register_resolvers()
+    register_model_configs()
+    sys.argv = ["lengthx train", *argv]
+    hydra.main(version_base=None, config_path=str(TRAIN_CONF_DIR), config_name="config")(_train)()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    train_main(sys.argv[1:])

@@ -1,0 +1,163 @@
+"""Memory-efficient T5 encoder attention (DESIGN §9, issue 3 acceptance 3) against stock transformers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_t5
+
+from lengthx.attention.stats import AttentionStats
+from lengthx.attention.t5_efficient import (
+    BLOCK_ELEMENTS,
+    SETTINGS_ATTR,
+    RelativeBiasTable,
+    disable_efficient_t5,
+    efficient_t5_settings,
+    enable_efficient_t5,
+    relative_bias_table,
+)
+from lengthx.attention.temperature import set_temperature
+from lengthx.models.families import get_family
+
+TOL = 1e-4
+
+
+def _batch(length: int, padded: bool, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Three sequences of ``length`` tokens; padded: one right-padded, one left-padded, one full."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 64, (3, length), generator=g)
+    mask = torch.ones(3, length, dtype=torch.long)
+    if padded:
+        mask[0, length - length // 3:] = 0
+        mask[1, : length // 5] = 0
+        ids[mask == 0] = 0
+    return ids, mask, torch.randint(3, 64, (3, 5), generator=g)
+
+
+def _logits(model, ids, mask, dec) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec).logits
+
+
+@pytest.fixture(scope="module")
+def stock_models():
+    return {"sdpa": tiny_t5(attn="sdpa"), "eager": tiny_t5(attn="eager")}
+
+
+def test_offset_table_matches_stock_bias():
+    attn = tiny_t5().encoder.block[0].layer[0].SelfAttention
+    for q_len, k_len in [(37, 37), (5, 9), (300, 300)]:
+        with torch.no_grad():
+            table = relative_bias_table(attn, q_len, k_len)
+            stock = attn.compute_bias(q_len, k_len)
+        assert table.shape == (attn.n_heads, q_len + k_len - 1)
+        obj = RelativeBiasTable(table, q_len, k_len)
+        assert torch.equal(obj.dense(), stock)
+        # the zero-copy view of the flipped table is the stock bias with keys reversed
+        flipped = obj.flipped(1.0, table.dtype, table.device)
+        view = obj.view(flipped, 2, q_len, 1, k_len - 1)
+        assert view.untyped_storage().data_ptr() == flipped.untyped_storage().data_ptr()
+        assert torch.equal(view, stock[0, :, 2:, 1:k_len - 1].flip(-1))
+
+
+@pytest.mark.parametrize("length", [100, 700, 1500])
+@pytest.mark.parametrize("padded", [False, True])
+def test_logits_match_stock(stock_models, length, padded):
+    ids, mask, dec = _batch(length, padded)
+    refs = {name: _logits(m, ids, mask, dec) for name, m in stock_models.items()}
+    for backend in ("sdpa", "explicit"):
+        model = tiny_t5()
+        enable_efficient_t5(model, mode="always", backend=backend)
+        ours = _logits(model, ids, mask, dec)
+        for name, ref in refs.items():
+            err = (ours - ref).abs().max().item()
+            assert err <= TOL, f"{backend} vs stock {name} at L={length}, padded={padded}: {err:.2e}"
+
+
+def test_mask_with_holes_uses_masked_path(stock_models):
+    """Valid keys that are not one contiguous range per example take the blockwise masked path."""
+    ids, mask, dec = _batch(300, padded=True)
+    mask[2, 100:140] = 0
+    ref = _logits(stock_models["eager"], ids, mask, dec)
+    model = tiny_t5()
+    enable_efficient_t5(model, mode="always", backend="sdpa")
+    assert (_logits(model, ids, mask, dec) - ref).abs().max().item() <= TOL
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "explicit"])
+def test_temperature_matches_explicit_path(backend):
+    ids, mask, dec = _batch(400, padded=True)
+    ours, ref, stock = tiny_t5(), tiny_t5(), tiny_t5()
+    enable_efficient_t5(ours, mode="always", backend=backend)
+    for m in (ours, ref):
+        set_temperature(get_family("t5").temperature_modules(m, "encoder"), 0.6)
+    out, expected = _logits(ours, ids, mask, dec), _logits(ref, ids, mask, dec)  # ref: temperature.py's path
+    assert (out - expected).abs().max().item() <= TOL
+    assert (out - _logits(stock, ids, mask, dec)).abs().max().item() > 1e-2  # τ really acts
+
+
+def test_decoder_untouched():
+    ids, mask, dec = _batch(120, padded=True)
+    model, stock = tiny_t5(), tiny_t5(attn="sdpa")
+    enable_efficient_t5(model, mode="always")
+    enc_attn = model.encoder.block[0].layer[0].SelfAttention
+    dec_attn = model.decoder.block[0].layer[0].SelfAttention
+    assert "compute_bias" in enc_attn.__dict__ and "compute_bias" not in dec_attn.__dict__
+    assert isinstance(enc_attn.compute_bias(50, 50), RelativeBiasTable)
+    assert isinstance(dec_attn.compute_bias(6, 6), torch.Tensor)
+    with torch.no_grad():
+        enc = stock.encoder(input_ids=ids, attention_mask=mask)
+        out = model(encoder_outputs=enc, attention_mask=mask, decoder_input_ids=dec).logits
+        ref = stock(encoder_outputs=enc, attention_mask=mask, decoder_input_ids=dec).logits
+    assert torch.equal(out, ref)  # decoder attention is stock SDPA, bit for bit
+
+
+def test_auto_mode_threshold_and_disable():
+    model = tiny_t5(attn="sdpa")
+    enable_efficient_t5(model, mode="auto", min_length=64)
+    assert model.config._attn_implementation == "lengthx"
+    attn = model.encoder.block[0].layer[0].SelfAttention
+    assert isinstance(attn.compute_bias(64, 64), torch.Tensor)  # short: stock
+    assert isinstance(attn.compute_bias(65, 65), RelativeBiasTable)  # long: the offset table
+    assert efficient_t5_settings(model).min_length == 64
+    ids, mask, dec = _batch(50, padded=True)
+    assert torch.equal(_logits(model, ids, mask, dec), _logits(tiny_t5(attn="sdpa"), ids, mask, dec))
+    disable_efficient_t5(model)
+    assert "compute_bias" not in attn.__dict__ and not hasattr(attn, SETTINGS_ATTR)
+    assert isinstance(attn.compute_bias(65, 65), torch.Tensor)
+    enable_efficient_t5(model, mode="always")
+    enable_efficient_t5(model, mode="never")
+    assert efficient_t5_settings(model) is None
+    with pytest.raises(ValueError, match="valid modes"):
+        enable_efficient_t5(model, mode="sometimes")
+
+
+@pytest.mark.parametrize("backend,padded,stats", [("sdpa", False, False), ("sdpa", True, False),
+                                                   ("explicit", True, True)])
+def test_memory_bounded_no_full_bias(backend, padded, stats):
+    """No allocation of the efficient forward exceeds one query block of scores, far below the (H, L, L) bias
+    stock T5 builds (at this size stock's largest single allocation is exactly that bias)."""
+    length = 2048
+    model = tiny_t5()
+    enable_efficient_t5(model, mode="always", backend=backend)
+    ids, mask, _ = _batch(length, padded)
+    modules = get_family("t5").temperature_modules(model, "encoder")
+    full_bias = model.config.num_heads * length * length * 4
+    with torch.no_grad(), torch.profiler.profile(profile_memory=True) as prof:
+        if stats:
+            with AttentionStats(modules, logit_vector=True):
+                model.encoder(input_ids=ids[:2], attention_mask=mask[:2])
+        else:
+            model.encoder(input_ids=ids[:2], attention_mask=mask[:2] if padded else None)
+    biggest = max(evt.cpu_memory_usage for evt in prof.events())
+    assert biggest <= max(BLOCK_ELEMENTS * 4 * 2, 4 * 2**20) < full_bias, (biggest, full_bias)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention path runs on CUDA only")
+def test_flex_matches_stock_on_cuda():  # pragma: no cover - needs a GPU
+    ids, mask, dec = _batch(700, padded=True)
+    stock = tiny_t5(attn="sdpa").cuda()
+    model = tiny_t5().cuda()
+    enable_efficient_t5(model, mode="always", backend="flex")
+    ref = _logits(stock, ids.cuda(), mask.cuda(), dec.cuda())
+    assert (_logits(model, ids.cuda(), mask.cuda(), dec.cuda()) - ref).abs().max().item() <= 1e-3

@@ -1,0 +1,420 @@
+"""Paper A's tasks beyond passkey (issue 4): reference formats (DESIGN §6, §10), scorers, edit similarity,
+token-exact lengths in the mini profile, malformed data files, real-data readers, LM likelihood, truncation
+and the table specs."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import math
+import random
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from omegaconf import OmegaConf
+from transformers import AutoTokenizer, ByT5Tokenizer
+
+from lengthx.data.fitting import count_tokens
+from lengthx.metrics import (
+    best_subspan_em,
+    code_exact_match,
+    code_key_correct,
+    edit_similarity,
+    first_line,
+    lines_correct,
+    topic_correct,
+)
+from lengthx.tasks import TASKS, build_task, resolve_settings
+from lengthx.tasks.base import Setting
+from lengthx.tasks.code_completion import CodeCompletionTask, DataFormatError, stdlib_sources, truncate_prompt
+from lengthx.tasks.code_key import CodeKeyTask, code_points
+from lengthx.tasks.lines_task import LinesTask
+from lengthx.tasks.lm import LMTask
+from lengthx.tasks.mdqa import MDQATask, generate_records, mdqa_prompt, read_records
+from lengthx.tasks.topics import TopicsTask, read_conversations
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf" / "task"
+MINI_TOKENIZER = ROOT / "lengthx" / "checkpoints" / "mini-t5"
+PAPER_TABLES = ROOT.parent / "shared" / "paper" / "attention-alignment-tables"
+NEW_TASKS = ("lines", "topics", "mdqa", "code_completion", "code_key", "lm")
+
+
+@pytest.fixture(scope="module")
+def byt5():
+    return ByT5Tokenizer()
+
+
+@pytest.fixture(scope="module")
+def mini_tok(byt5):
+    """The mini profile's tokenizer (the shipped mini-t5's), else ByT5."""
+    if (MINI_TOKENIZER / "tokenizer.json").exists():
+        return AutoTokenizer.from_pretrained(str(MINI_TOKENIZER))
+    return byt5
+
+
+# ---- reference formats (DESIGN §6, §10) --------------------------------------------------------------
+
+LINES_HEADER = (
+    "Below is a record of lines I want you to remember. Each line begins with 'line <line index>' and contains "
+    "a '<REGISTER_CONTENT>' at the end of the line as a numerical value. For each line index, memorize its "
+    "corresponding <REGISTER_CONTENT>. At the end of the record, I will ask you to retrieve the corresponding "
+    "<REGISTER_CONTENT> of a certain line index. Now the record start:\n\n"
+)
+
+
+def test_lines_prompt_is_the_reference(byt5):
+    (ex,) = LinesTask().examples(Setting("5", 5, "lines"), byt5, 1, seed=3)
+    assert ex.prompt.startswith(LINES_HEADER)
+    body, question = ex.prompt[len(LINES_HEADER):].split("\nNow the record is over.")
+    lines = body.split("\n")
+    assert lines[-1] == "" and len(lines) == 6
+    pairs = [re.fullmatch(r"line (\S+-\S+): REGISTER_CONTENT is <(\d+)>", ln) for ln in lines[:-1]]
+    assert all(pairs)
+    idx = ex.meta["query_idx"]
+    assert question == f" Tell me what is the <REGISTER_CONTENT> in line {idx}? I need the number."
+    assert {m.group(1): int(m.group(2)) for m in pairs}[idx] == ex.target
+    assert ex.requested_tokens is None and ex.actual_tokens == count_tokens(byt5, ex.prompt)
+
+
+TOPICS_HEADER = (
+    "Below is a record of our previous conversation on {n} different topics. You are the ASSISTANT, and I am "
+    "the USER. At the beginning of each topic, the USER will say 'I would like to discuss the topic of "
+    "<TOPIC>'. Memorize each <TOPIC>. At the end of the record, I will ask you to retrieve the first topic. "
+    "Now the record start. "
+)
+TOPICS_QUESTION = (" Now the record ends. What is the first topic we discussed? Only give me the topic name. "
+                   "Do not summarize yourself.")
+
+
+def test_topics_prompt_is_the_reference(byt5):
+    (ex,) = TopicsTask().examples(Setting("5", 5, "topics"), byt5, 1, seed=0)
+    assert ex.prompt.startswith(TOPICS_HEADER.format(n=5)) and ex.prompt.endswith(TOPICS_QUESTION)
+    topics = ex.meta["topics"]
+    assert len(set(topics)) == 5 and ex.target == topics[0]  # drawn without replacement; first is the answer
+    record = ex.prompt[len(TOPICS_HEADER.format(n=5)):-len(TOPICS_QUESTION)]
+    openers = [m.start() for m in re.finditer(r"USER: I would like to discuss the topic of ", record)]
+    assert openers[0] == 0 and len(openers) == 5
+    for start, topic in zip(openers, topics, strict=True):
+        assert record[start:].startswith(f"USER: I would like to discuss the topic of {topic}.")
+    # the generated conversations are varied: no two share their text after the opener
+    texts = [record[a:b] for a, b in zip(openers, openers[1:] + [len(record)], strict=True)]
+    assert len({t.split(".", 1)[1] for t in texts}) == 5
+
+
+def test_mdqa_prompt_is_the_reference(byt5):
+    task = MDQATask()
+    (ex,) = task.examples(Setting("10docs@4", 10, "docs"), byt5, 1, seed=0)
+    head = ("Write a high-quality answer for the given question using only the provided search results "
+            "(some of which might be irrelevant).\n\n")
+    assert ex.prompt.startswith(head)
+    docs, tail = ex.prompt[len(head):].split("\n\nQuestion: ")
+    assert tail == f"{ex.meta['question']}\nAnswer:"
+    lines = docs.split("\n")
+    assert [re.match(r"Document \[(\d+)\]\(Title: ", ln).group(1) for ln in lines] == [str(i) for i in range(1, 11)]
+    # the gold document (position 4, i.e. "Document [5]") holds the answer; the distractors do not
+    assert best_subspan_em(lines[4], ex.target) == 1.0
+    assert sum(best_subspan_em(ln, ex.target) for ln in lines) == 1.0
+    assert mdqa_prompt("q", []) == head + "\n\nQuestion: q\nAnswer:"
+
+
+def test_code_completion_example_is_lcc_like(byt5):
+    (ex,) = CodeCompletionTask().examples(Setting("1k", 300, "tokens"), byt5, 1, seed=0)
+    assert ex.prompt.endswith("\n") and "\n\n" not in ex.prompt  # newline runs collapsed
+    path, line = ex.meta["source"].removeprefix("stdlib/").rsplit(":", 1)
+    text = dict(stdlib_sources())[path]
+    kept = [ln for ln in text.split("\n") if ln.strip()]
+    assert ex.target == kept[int(line) - 1].strip() and ex.target  # the next non-blank line of the file
+    assert "\n".join(kept).find(ex.prompt + kept[int(line) - 1]) >= 0  # context = the code just before it
+
+
+def test_code_key_prompt_ends_with_the_question(byt5):
+    (ex,) = CodeKeyTask().examples(Setting("16k", 1200, "tokens"), byt5, 1, seed=0)
+    assert ex.prompt.endswith("\nassert special_function() == ")
+    assert ex.prompt.count("def special_function() -> int:\n") == 1
+    assert f'    """Only returns an integer."""\n    return {ex.target}\n' in ex.prompt
+    assert 1 <= ex.target <= 100 and "# file: " in ex.prompt
+
+
+def test_code_points_close_open_strings_and_brackets():
+    code = 'x = 1\ndef f():\n    """doc\n    more"""\n    return g(1,\n             2)\n@dec\ndef h():\n    pass\n'
+    cuts, anchors = code_points(code)
+    by_end = dict(cuts)
+    assert by_end[len("x = 1\n")] == ""
+    inside_doc = code.index("    more")
+    assert by_end[inside_doc] == '"""\n'  # inside the docstring: closed by its quotes
+    assert by_end[code.index("             2)")] == ")\n"  # inside a call: closed by its bracket
+    assert code.index('    """doc') not in by_end  # never right after a block header (it needs a body)
+    assert code.index("def f") in anchors and code.index("@dec") in anchors
+    assert code.index("def h") not in anchors  # not between a decorator and its function
+
+
+def test_lm_example_is_a_split_document(byt5):
+    task = LMTask(continuation_tokens=32)
+    ex = task.examples(Setting("1024", 400, "tokens"), byt5, 2, seed=0)
+    docs = dict(task.documents())
+    for e in ex:
+        text = docs[e.meta["document"]]
+        split = e.meta["split_char"]
+        assert text[:split].endswith(e.prompt) and text[split:].startswith(e.target)
+        assert e.actual_tokens == 400 and e.meta["continuation_tokens"] == 32
+
+
+# ---- scorers on hand-made outputs ---------------------------------------------------------------------
+
+
+def test_lines_scorer_takes_the_last_integer():
+    assert lines_correct("The <REGISTER_CONTENT> in line swift-river is <31415>.", 31415)
+    assert lines_correct("line 2 of 3: 31415", 31415)  # extra numbers before: the last one counts
+    assert not lines_correct("31415, or maybe 27", 31415)
+    assert not lines_correct("no number", 31415)
+    assert LinesTask().score("is <42>", type("E", (), {"target": 42})())["accuracy"] == 100.0
+
+
+def test_topic_scorer_is_normalized_containment():
+    assert topic_correct("The first topic was: The History of Jazz!", "the history of jazz")
+    assert topic_correct("history of jazz", "The history of jazz.")
+    assert topic_correct("We talked about baking sourdough bread, then tea.", "baking sourdough bread")
+    assert not topic_correct("party planning", "art")  # whole words only
+    assert not topic_correct("the history of the bicycle", "the history of jazz")
+    assert not topic_correct("", "jazz")
+
+
+def test_best_subspan_em_is_lost_in_the_middle():
+    assert best_subspan_em("The Eiffel Tower.", ["Eiffel Tower"]) == 1.0  # article and punctuation dropped
+    assert best_subspan_em("it was built by gustave eiffel's company", ["Gustave Eiffel's"]) == 1.0
+    assert best_subspan_em("Paris\nThe answer is London", ["London"]) == 0.0  # cut at the first newline
+    assert best_subspan_em("In 1889, it opened", ["1889", "eighteen eighty-nine"]) == 1.0
+    assert best_subspan_em("an apple", ["the apple", "pear"]) == 1.0
+    assert best_subspan_em("nothing", ["London"]) == 0.0
+    assert MDQATask().score("Blue Kite Day.", type("E", (), {"target": ["Blue Kite Day"]})())["accuracy"] == 100
+
+
+def test_code_scorers_use_the_first_line():
+    task = CodeCompletionTask()
+    ex = type("E", (), {"target": "    return self._name_"})()
+    multi = "\n  return self._name_\n    x = 1\n"
+    assert first_line(multi) == "  return self._name_"
+    assert task.score(multi, ex) == {"exact_match": 100.0, "edit_similarity": 100.0}
+    assert code_exact_match("return  self._name_", "return self._name_")
+    assert not code_exact_match("return self._name", "return self._name_")
+    sc = task.score("return self._name\nreturn self._name_", ex)
+    assert sc["exact_match"] == 0.0 and sc["edit_similarity"] == pytest.approx(100 * (1 - 1 / 35))
+    assert edit_similarity("", "") == 100.0 and edit_similarity("", "abc") == 0.0
+    assert code_key_correct(" 42)\nassert x == 7", 42) and not code_key_correct("7 or 42", 42)
+
+
+def _indel_ratio(a: str, b: str) -> float:
+    """Reference: (1 - indel distance / (len a + len b)) * 100 by dynamic programming (insert/delete only)."""
+    if not a and not b:
+        return 100.0
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        cur = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cur[j] = prev[j - 1] if a[i - 1] == b[j - 1] else 1 + min(prev[j], cur[j - 1])
+        prev = cur
+    return (1 - prev[-1] / (len(a) + len(b))) * 100
+
+
+def test_edit_similarity_matches_unrounded_fuzz_ratio():
+    rng = random.Random(0)
+    alphabet = "ab(c) =_.x\t"
+    for _ in range(200):
+        a = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        b = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        assert edit_similarity(a, b) == pytest.approx(_indel_ratio(a, b), abs=1e-9)
+
+
+# ---- token-exact lengths in the mini profile ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", NEW_TASKS)
+def test_mini_lengths_within_two_percent(name, mini_tok):
+    cfg = OmegaConf.load(CONF / f"{name}.yaml")
+    settings = resolve_settings(cfg, "mini", 256)
+    assert [s.label for s in settings] == list(cfg.labels) and all(s.unit == "tokens" for s in settings)
+    task = TASKS[name]()
+    for setting in (settings[0], settings[-1]):
+        examples = task.examples(setting, mini_tok, 2, seed=0)
+        for ex in examples:
+            assert ex.requested_tokens == setting.value
+            assert ex.actual_tokens == count_tokens(mini_tok, ex.prompt)
+            assert abs(ex.actual_tokens - setting.value) <= 0.02 * setting.value, (name, setting, ex.actual_tokens)
+
+
+@pytest.mark.parametrize("name", NEW_TASKS)
+def test_examples_are_seeded(name, byt5):
+    task = TASKS[name]()
+    setting = Setting("10docs@4" if name == "mdqa" else "x", 1500, "tokens")
+    a = task.examples(setting, byt5, 2, seed=5)
+    assert [e.prompt for e in a] == [e.prompt for e in TASKS[name]().examples(setting, byt5, 2, seed=5)]
+    assert [e.prompt for e in a] != [e.prompt for e in task.examples(setting, byt5, 2, seed=6)]
+
+
+def test_algorithm1_reference_setting_works_for_every_task(mini_tok):
+    """Algorithm 1 asks each task for examples at Setting("L_tr", l_tr, "tokens")."""
+    for name in NEW_TASKS:
+        ex = TASKS[name]().examples(Setting("L_tr", 512, "tokens"), mini_tok, 1, seed=0)
+        assert abs(ex[0].actual_tokens - 512) <= 0.05 * 512, name
+
+
+# ---- data files: real readers and malformed files ---------------------------------------------------
+
+
+def _write_jsonl(path: Path, rows: list, gz: bool = False) -> Path:
+    text = "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows)
+    if gz:
+        with gzip.open(path, "wt", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        path.write_text(text)
+    return path
+
+
+def test_malformed_files_name_file_line_and_field(tmp_path):
+    convs = _write_jsonl(tmp_path / "conversations.jsonl",
+                         [{"topic": "a", "conversation": "USER: I would like to discuss the topic of a."},
+                          {"topic": "b"}])
+    with pytest.raises(DataFormatError, match=r"conversations\.jsonl, line 2: missing field 'conversation'"):
+        read_conversations(convs)
+    good = {"question": "q", "answers": ["x"], "ctxs": [{"title": "t", "text": "x", "isgold": True}]}
+    bad = {"question": "q", "answers": ["x"], "ctxs": [{"title": "t", "text": "x", "isgold": True},
+                                                       {"title": "u", "text": "y"}]}
+    qa = _write_jsonl(tmp_path / "nq-open-10_total_documents_gold_at_0.jsonl.gz", [good, good, bad], gz=True)
+    with pytest.raises(DataFormatError, match=r"gold_at_0\.jsonl\.gz, line 3: missing field 'ctxs\[1\]\.isgold'"):
+        read_records(qa)
+    no_q = _write_jsonl(tmp_path / "qa.jsonl", [{"answers": [], "ctxs": []}])
+    with pytest.raises(DataFormatError, match=r"qa\.jsonl, line 1: missing field 'question'"):
+        read_records(no_q)
+    lcc = _write_jsonl(tmp_path / "lcc.jsonl", [{"context": "x = 1\n", "gt": "y = 2"}, "{not json"])
+    with pytest.raises(DataFormatError, match=r"lcc\.jsonl, line 2: invalid JSON"):
+        CodeCompletionTask(data_path=str(lcc)).rows()
+    lcc = _write_jsonl(tmp_path / "lcc2.jsonl", [{"context": "x = 1\n"}])
+    with pytest.raises(DataFormatError, match=r"lcc2\.jsonl, line 1: missing field 'gt'"):
+        CodeCompletionTask(data_path=str(lcc)).rows()
+
+
+def test_topics_read_longeval_conversations(tmp_path, byt5):
+    rows = [{"topic": f"topic number {k}", "conversation": f"USER: I would like to discuss the topic of topic "
+             f"number {k}. ASSISTANT: Sure, let us talk about it. " * 3} for k in range(6)]
+    path = _write_jsonl(tmp_path / "conversations.jsonl", rows)
+    task = TopicsTask.from_config(OmegaConf.create({"max_new_tokens": 50, "conversations_path": str(path)}))
+    (ex,) = task.examples(Setting("3", 3, "topics"), byt5, 1, seed=0)
+    assert ex.prompt.startswith(TOPICS_HEADER.format(n=3)) and ex.target == ex.meta["topics"][0]
+    assert ex.target in {r["topic"] for r in rows}
+    with pytest.raises(ValueError, match="without replacement"):
+        task.examples(Setting("7", 7, "topics"), byt5, 1, seed=0)
+
+
+def test_mdqa_reads_upstream_files_in_their_order(tmp_path, byt5):
+    recs = generate_records(3, seed=1)
+
+    def row(rec, gold_at):
+        docs = list(rec.distractors[:9])
+        docs.insert(gold_at, rec.gold)
+        return {"question": rec.question, "answers": list(rec.answers),
+                "ctxs": [{"title": d.title, "text": d.text, "isgold": d is rec.gold, "id": "x"} for d in docs]}
+
+    _write_jsonl(tmp_path / "nq-open-10_total_documents_gold_at_4.jsonl.gz", [row(r, 4) for r in recs], gz=True)
+    task = MDQATask.from_config(OmegaConf.create({"max_new_tokens": 100, "data_dir": str(tmp_path)}))
+    ex = task.examples(Setting("10docs@4", 10, "docs"), byt5, 5, seed=0)
+    assert len(ex) == 3  # every record when more are asked for
+    for e, rec in zip(ex, recs, strict=True):
+        assert e.prompt == mdqa_prompt(rec.question, rec.documents(10, 4))
+    # an upstream file with more documents serves another (N, i) by the same construction
+    ex = task.examples(Setting("5docs@0", 5, "docs"), byt5, 3, seed=0)
+    assert [e.prompt for e in ex] == [mdqa_prompt(r.question, r.documents(5, 0)) for r in recs]
+    assert ex[0].prompt.count("Document [") == 5 and recs[0].gold.text in ex[0].prompt.split("\n")[2]
+
+
+def test_code_completion_reads_jsonl_buckets(tmp_path, byt5):
+    rows = [{"context": "x = 1\n\n\n" + "y = 2\n" * k, "gt": "z = 3"} for k in (10, 100, 200, 300)]
+    path = _write_jsonl(tmp_path / "lcc.jsonl", rows)
+    task = CodeCompletionTask(data_path=str(path))
+    ex = task.examples(Setting("1k", 1000, "bucket"), byt5, 10, seed=0)  # ByT5: 6 tokens per "y = 2\n"
+    assert [e.actual_tokens for e in ex] == [count_tokens(byt5, collapse) for collapse in
+                                             ["x = 1\n" + "y = 2\n" * k for k in (200, 300)]]
+    assert all(1000 <= e.actual_tokens < 2000 and e.meta["bucket"] == [1000, 2000] for e in ex)
+    ex = task.examples(Setting("500", 500, "tokens"), byt5, 10, seed=0)  # left-truncated to exactly 500
+    assert len(ex) == 3 and all(e.actual_tokens == 500 for e in ex)
+
+
+# ---- truncation baseline and LM likelihood -------------------------------------------------------------
+
+
+def test_truncate_prompt_keeps_the_last_l_tr_tokens(byt5):
+    (ex,) = CodeCompletionTask().examples(Setting("1k", 600, "tokens"), byt5, 1, seed=2)
+    short = truncate_prompt(byt5, ex.prompt, 200)
+    assert ex.prompt.endswith(short) and count_tokens(byt5, short) == 200
+    assert truncate_prompt(byt5, short, 300) == short
+    t = CodeCompletionTask.truncated(ex, byt5, 200)
+    assert t.prompt == short and t.actual_tokens == 200 and t.meta["untruncated_tokens"] == 600
+    assert t.target == ex.target and t.id == ex.id
+
+
+def test_lm_evaluate_matches_the_model_loss(byt5):
+    from conftest import tiny_t5
+
+    from lengthx.models.families import get_family
+    from lengthx.models.loading import LoadedModel
+
+    model = tiny_t5(attn="sdpa", vocab_size=384, d_model=32, num_heads=2, d_kv=16)
+    loaded = LoadedModel("tiny", model, byt5, get_family("t5"), 64, torch.device("cpu"))
+    task = LMTask(continuation_tokens=16)
+    ex = task.examples(Setting("120", 120, "tokens"), byt5, 3, seed=0)
+    scores = task.evaluate(loaded, ex, batch_size=2)  # padded batch of 2 + a batch of 1
+    assert len(scores) == 3
+    for e, s in zip(ex, scores, strict=True):
+        enc = byt5(e.prompt, return_tensors="pt")
+        labels = byt5(e.target, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            loss = model(**enc, labels=labels).loss.item()
+        assert s["nll"] == pytest.approx(loss, rel=1e-4) and s["perplexity"] == pytest.approx(math.exp(loss), rel=1e-4)
+        assert s["tokens"] == 16
+    with pytest.raises(TypeError, match="likelihood"):
+        task.score("", ex[0])
+
+
+# ---- registry, configs, table specs ------------------------------------------------------------------
+
+
+def test_registry_and_configs():
+    for name in NEW_TASKS:
+        cfg = OmegaConf.load(CONF / f"{name}.yaml")
+        assert cfg.name == name and name in TASKS
+        task = build_task(cfg)
+        assert task.name == name and task.max_new_tokens == int(cfg.max_new_tokens)
+        assert len(cfg.labels) == len(cfg.paper_settings) == len(cfg.paper_l_ex)
+        if hasattr(TASKS[name], "from_config"):
+            assert TASKS[name].from_config(cfg, profile="mini").name == name
+    assert OmegaConf.load(CONF / "mdqa.yaml").paper_l_ex[-1] == 5000
+    assert list(OmegaConf.load(CONF / "lm.yaml").paper_l_ex) == [1024, 2048, 4096, 8192, 15000]
+
+
+def test_table_specs_match_the_published_layouts():
+    from lengthx.table_specs_a import PAPER_A_SPECS
+    from lengthx.tables import render
+
+    by_id = {s.id: s for s in PAPER_A_SPECS}
+    assert {"aa_table3", "aa_table4", "aa_table5", "aa_table6_em", "aa_table6_es", "aa_table12", "aa_table13",
+            "aa_table14"} <= set(by_id)
+    for spec in PAPER_A_SPECS:
+        if spec.paper_csv and PAPER_TABLES.is_dir():
+            rows = list(csv.reader(open(PAPER_TABLES / Path(spec.paper_csv).name, encoding="utf-8")))
+            assert len(spec.columns) + int(spec.avg) == len(rows[spec.paper_header_rows]) - 1, spec.id
+            headers = rows[spec.paper_header_rows - 1][1:]
+            ours = [getattr(c, "header", None) or c.setting for c in spec.columns] + (["Avg."] if spec.avg else [])
+            assert ours == headers, spec.id
+        for c in spec.columns:  # every column names a configured task and one of its labels
+            labels = list(OmegaConf.load(CONF / f"{c.task}.yaml").labels)
+            assert c.setting in labels or getattr(c, "average_of", ()), (spec.id, c)
+            assert all(s in labels for s in getattr(c, "average_of", ()))
+    df = pd.DataFrame([{"model": "m", "method": "none", "task": "mdqa", "setting": "10docs@0", "metric": "accuracy",
+                        "value": 50.0, "status": "ok", "timestamp": "t"}])
+    out = render(by_id["aa_table14"], df)  # the current renderer accepts the extended specs
+    assert "50.0" in out.markdown
