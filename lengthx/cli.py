@@ -1,4 +1,4 @@
-"""The ``lengthx`` command: run | calibrate | stats | tables | ls (DESIGN §1, §11).
+"""The ``lengthx`` command: run | calibrate | stats | tables | figures | ls (DESIGN §1, §11).
 
 ``run`` and ``calibrate`` take Hydra overrides (``lengthx run task=passkey method=pmax``, ``-m`` sweeps,
 launchers); unknown config names fail before anything is loaded, with the valid names listed.
@@ -21,6 +21,7 @@ commands:
   calibrate [overrides]  Algorithm 1: print and cache τ per setting, e.g. lengthx calibrate method=pmax
   stats [overrides]      dispersal statistics at τ=1 per setting and at L_tr (paper A Tables 1, 7; Figures 1-2)
   tables [--format latex|markdown|both] [--results-dir DIR] [--out DIR] [--compare-paper]
+  figures [--results-dir DIR] [--out DIR]   Figures 1, 2/5 and the temperature curves (PNG + PDF)
   ls                     list models, methods, tasks, profiles and experiments
 """
 
@@ -163,10 +164,14 @@ def main(argv: list[str] | None = None) -> None:
             from lengthx.tables import tables_main
 
             tables_main(rest)
+        elif cmd == "figures":
+            from lengthx.figures import figures_main
+
+            figures_main(rest)
         elif cmd == "ls":
             _ls()
         else:
-            raise UsageError(f"unknown command '{cmd}'. Valid commands: run, calibrate, stats, tables, ls.")
+            raise UsageError(f"unknown command '{cmd}'. Valid commands: run, calibrate, stats, tables, figures, ls.")
     except UsageError as err:
         print(f"lengthx: {err}", file=sys.stderr)
         sys.exit(2)

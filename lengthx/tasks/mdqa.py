@@ -347,8 +347,8 @@ class MDQATask:
                     self._fit(rec.question, docs, gold_at, tokenizer, setting.value)
             requested = setting.value if setting.unit == "tokens" else None
             out.append(Example(f"{seed}-{k}", prompt, list(rec.answers), requested, count_tokens(tokenizer, prompt),
-                               {"n_docs": n_docs, "gold_at": gold_at, "record": rec.source or idx,
-                                "question": rec.question}))
+                               {"n_docs": n_docs, "gold_at": gold_at, "record": idx,
+                                "source": rec.source, "question": rec.question}))
         return out
 
     @staticmethod

@@ -1,0 +1,251 @@
+"""Paper B training (Accelerate) and perplexity evaluation, end to end on tiny models built from configs."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from lengthx.results import ResultsStore
+from lengthx.segmented import SegmentMethod
+from lengthx.train_cli import compose_train_config, train_main
+from lengthx.training import (
+    WarmupCosine,
+    is_test_document,
+    make_plan,
+    micro_batch_indices,
+    piece_dataset,
+    read_curve,
+    split_pieces,
+    stdlib_documents,
+    train,
+)
+
+L_T = 16
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> list[str]:
+    """Twelve small documents with learnable structure (repeated phrases, counters)."""
+    root = tmp_path_factory.mktemp("corpus")
+    rng = random.Random(0)
+    files = []
+    for d in range(12):
+        lines = []
+        for n in range(60):
+            w = rng.sample(WORDS, 3)
+            lines.append(f"{d}:{n} the {w[0]} sees the {w[1]} and the {w[2]}.")
+        path = root / f"doc{d:02d}.txt"
+        path.write_text("\n".join(lines))
+        files.append(str(path))
+    assert any(is_test_document(str(Path(f).resolve()), 30) for f in files)
+    return files
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, str]:
+    """Tiny GPT-2 / GPT-NeoX / BLOOM checkpoints (L_t = 16) with a byte-level tokenizer, saved to disk."""
+    from transformers import (
+        BloomConfig,
+        BloomForCausalLM,
+        ByT5Tokenizer,
+        GPT2Config,
+        GPT2LMHeadModel,
+        GPTNeoXConfig,
+        GPTNeoXForCausalLM,
+    )
+
+    root = tmp_path_factory.mktemp("models")
+    common = {"vocab_size": 384, "bos_token_id": 1, "eos_token_id": 1, "pad_token_id": 0}
+    made = {
+        "gpt2": GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=L_T, resid_pdrop=0.0,
+                                           embd_pdrop=0.0, attn_pdrop=0.0, **common)),
+        "pythia-160m": GPTNeoXForCausalLM(GPTNeoXConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                                        intermediate_size=64, max_position_embeddings=L_T, **common)),
+        "bloom-1b1": BloomForCausalLM(BloomConfig(hidden_size=32, n_layer=2, n_head=4, **common)),
+    }
+    out = {}
+    for name, model in made.items():
+        torch.manual_seed(0)
+        path = root / name
+        model.save_pretrained(path)
+        ByT5Tokenizer().save_pretrained(path)
+        out[name] = str(path)
+    return out
+
+
+def overrides(models, corpus, tmp_path, model="gpt2", method="chunk-0.25", out="run", **extra) -> list[str]:
+    files = ",".join(f"'{f}'" for f in corpus)
+    ov = [f"model={model}", f"model.path={models[model]}", f"model.l_tr={L_T}", f"method={method}", "l_e_factor=4",
+          "data.source=files", f"data.files=[{files}]", "data.test_percent=30", f"data.cache_dir={tmp_path / 'cache'}",
+          f"train.output_dir={tmp_path / out}", "train.progress=false", "train.batch_size=2", "train.save_every=0"]
+    return ov + [f"{k}={v}" for k, v in extra.items()]
+
+
+# ---- plan, schedule, data ---------------------------------------------------------------------------------
+def test_compute_equivalent_budgets():
+    plans = {m: make_plan(SegmentMethod.parse(m), 1024, 4096, pieces=64, batch_size=4, grad_accum=2)
+             for m in ("chunk-0.25", "prefix-0.5", "full")}
+    assert {p.tokens for p in plans.values()} == {64 * 4096}, "same token count for every method"
+    assert plans["chunk-0.25"].epochs == 4.0 and plans["full"].epochs == 1.0  # eq. 2: L_e / L_t
+    assert plans["chunk-0.25"].train_length == 1024 and plans["full"].train_length == 4096
+    assert plans["chunk-0.25"].steps == 4 * 64 // 8 and plans["full"].steps == 64 // 8
+    da = make_plan(SegmentMethod.parse("da"), 1024, 1024, pieces=256, batch_size=4, grad_accum=2)
+    assert da.epochs == 1.0 and da.tokens == 256 * 1024
+    assert make_plan(SegmentMethod.parse("chunk-0.25"), 16, 64, 100, 2, 1, max_steps=5).steps == 5
+    with pytest.raises(ValueError, match="fewer than one global batch"):
+        make_plan(SegmentMethod.parse("full"), 16, 64, pieces=3, batch_size=4, grad_accum=1)
+
+
+def test_warmup_cosine_and_batch_indices():
+    f = WarmupCosine(warmup=4, total=20, min_ratio=0.1)
+    assert [f(s) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert f(4) == 1.0 and abs(f(20) - 0.1) < 1e-12 and f(12) == pytest.approx(0.55)
+    # 2 processes × 2 accumulation steps × batch 3: every global index exactly once per step
+    seen = [k for m in range(2) for r in range(2) for k in micro_batch_indices(5, m, r, 3, 2, 2)]
+    assert sorted(seen) == list(range(60, 72))
+
+
+def test_stdlib_documents_hold_out_test_files():
+    train_docs = stdlib_documents("train", test_percent=10, max_docs=6)
+    test_docs = stdlib_documents("test", test_percent=10, max_docs=6)
+    assert len(train_docs) == 6 and len(test_docs) == 6
+    assert not set(train_docs["id"]) & set(test_docs["id"])
+    assert all(is_test_document(i, 10) for i in test_docs["id"])
+    assert not any(is_test_document(i, 10) for i in train_docs["id"])
+    assert stdlib_documents("test", test_percent=10, max_docs=6)["id"] == test_docs["id"]  # deterministic
+    assert all(i.endswith(".py") and "site-packages" not in i for i in train_docs["id"])
+
+
+def test_pieces_one_document_each_remainder_dropped(models, corpus, tmp_path):
+    assert split_pieces(list(range(10)), 4) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(models["gpt2"])
+    cfg = compose_train_config(overrides(models, corpus, tmp_path)).data
+    pieces = piece_dataset(cfg, tok, "train", 64)
+    assert len(pieces) > 0 and pieces[0]["input_ids"].shape == (64,)
+    doc = next(f for f in corpus if not is_test_document(str(Path(f).resolve()), 30))
+    ids = tok(Path(doc).read_text(), add_special_tokens=False)["input_ids"]
+    own = [p["input_ids"].tolist() for p in pieces if p["doc_id"] == str(Path(doc).resolve())]
+    assert own == split_pieces(ids, 64) and len(own) == len(ids) // 64
+    again = piece_dataset(cfg, tok, "train", 64)  # from the on-disk cache
+    assert torch.equal(again[:]["input_ids"], pieces[:]["input_ids"])
+
+
+# ---- training ---------------------------------------------------------------------------------------------
+def test_a_few_steps_decrease_the_loss(models, corpus, tmp_path):
+    res = train(compose_train_config(overrides(models, corpus, tmp_path, **{
+        "train.max_steps": 16, "train.lr": 3e-3, "train.warmup_steps": 1, "train.batch_size": 4})))
+    losses = [r["loss"] for r in res.curve]
+    assert len(losses) == 16 and res.final_dir is not None
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.3
+    assert res.curve[-1]["tokens"] == 16 * 4 * L_T
+    meta = json.loads((res.final_dir / "lengthx_train.json").read_text())
+    assert meta["method"] == "chunk-0.25" and (meta["l_t"], meta["l_e"]) == (L_T, 4 * L_T)
+    assert meta["max_positions"] == 4 * L_T  # wpe interpolated to L_e and saved with it
+
+
+def test_kill_and_resume_is_exact(models, corpus, tmp_path):
+    common = {"train.max_steps": 6, "train.save_every": 2, "train.grad_accum": 2, "train.lr": 1e-3}
+    full = train(compose_train_config(overrides(models, corpus, tmp_path, method="prefix-0.5", out="a", **common)))
+    # "killed" after step 5: the newest checkpoint is step 4, step 5 is lost and redone
+    stopped = train(compose_train_config(overrides(models, corpus, tmp_path, method="prefix-0.5", out="b",
+                                                   **common, **{"train.stop_after_steps": 5})))
+    assert stopped.step == 5 and stopped.final_dir is None
+    assert [r["step"] for r in read_curve(tmp_path / "b")] == [1, 2, 3, 4, 5]
+    resumed = train(compose_train_config(overrides(models, corpus, tmp_path, method="prefix-0.5", out="b", **common)))
+    assert resumed.resumed_from == 4 and resumed.step == 6
+    assert [r["step"] for r in resumed.curve] == [1, 2, 3, 4, 5, 6], "the curve continues, no restart"
+    assert [r["loss"] for r in resumed.curve] == [r["loss"] for r in full.curve]
+    wa, wb = load_file(full.final_dir / "model.safetensors"), load_file(resumed.final_dir / "model.safetensors")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    oa = torch.load(tmp_path / "a/checkpoints/step-0000006/optimizer.bin", weights_only=False)
+    ob = torch.load(tmp_path / "b/checkpoints/step-0000006/optimizer.bin", weights_only=False)
+    assert all(torch.equal(oa["state"][i]["exp_avg_sq"], ob["state"][i]["exp_avg_sq"]) for i in oa["state"])
+    # a different configuration in the same directory is refused
+    with pytest.raises(RuntimeError, match="another configuration"):
+        train(compose_train_config(overrides(models, corpus, tmp_path, method="chunk-0.5", out="b", **common)))
+
+
+def test_other_families_train_and_evaluate(models, corpus, tmp_path):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from lengthx.cli import CONF_DIR, _register_resolvers
+    from lengthx.tasks.segmented_ppl import run_task
+
+    bloom = train(compose_train_config(overrides(models, corpus, tmp_path, model="bloom-1b1", method="prefix-0.5",
+                                                 out="bloom", **{"train.max_steps": 3})))
+    neox = train(compose_train_config(overrides(models, corpus, tmp_path, model="pythia-160m", method="full",
+                                                out="neox", **{"train.max_steps": 2})))
+    assert bloom.final_dir and neox.final_dir
+    assert json.loads((neox.final_dir / "config.json").read_text())["max_position_embeddings"] == 4 * L_T
+
+    _register_resolvers()
+    results = tmp_path / "results"
+
+    def evaluate(model: str, path: str) -> list[dict]:
+        files = ",".join(f"'{f}'" for f in corpus)
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+            cfg = compose(config_name="config", overrides=[
+                "task=segmented_ppl", f"model={model}", f"model.path={path}", f"model.l_tr={L_T}", "device=cpu",
+                f"results_dir={results}", "task.num_examples=3", "task.data.source=files", f"task.data.files=[{files}]",
+                "task.data.test_percent=30", f"task.data.cache_dir={tmp_path / 'cache'}"])
+        return run_task(cfg)
+
+    summary = evaluate("bloom-1b1", str(bloom.final_dir))
+    assert [s["status"] for s in summary] == ["ok"] * 3
+    assert [s["cell"] for s in summary] == [f"bloom-1b1|prefix-0.5@4L_t|segmented_ppl|{s}" for s in ("L_t", "2L_t", "4L_t")]
+    ootb = evaluate("gpt2", models["gpt2"])
+    assert [s["cell"].split("|")[1] for s in ootb] == ["ootb"] * 3
+    df = ResultsStore(results).read()
+    assert set(df["paper"]) == {"B"} and set(df["metric"]) == {"ppl", "ppl_tokens"}
+    row = df[(df["model"] == "gpt2") & (df["setting"] == "4L_t") & (df["metric"] == "ppl")].iloc[0]
+    assert row["L_req"] == 4 * L_T and row["n"] == 3 and "APE interpolated 16->64" in row["message"]
+    assert all(1.0 < v < 1000 for v in df["value"])
+    recs = ResultsStore(results).load_records("gpt2|ootb|segmented_ppl|2L_t")
+    assert len(recs) == 3 and all(r["scores"]["tokens"] == 2 * L_T - 1 for r in recs.values())
+    assert [s["status"] for s in evaluate("bloom-1b1", str(bloom.final_dir))] == ["done"] * 3  # resumable
+
+
+def test_cli_entry_and_fail_fast(models, corpus, tmp_path):
+    train_main(overrides(models, corpus, tmp_path, method="da", out="cli", **{"train.max_steps": 2, "label": "ootb",
+                                                                           "hydra.run.dir": tmp_path / "hydra"}))
+    meta = json.loads((tmp_path / "cli/final/lengthx_train.json").read_text())
+    assert meta["label"] == "ootb" and meta["l_e"] == L_T  # DA trains at L_t
+    with pytest.raises(SystemExit) as exc:
+        train_main(["method=chunky"])
+    assert exc.value.code == 2
+    with pytest.raises(ValueError, match="encoder-decoder"):
+        train(compose_train_config(["model=mini-t5"]))
+
+
+@pytest.mark.skipif(shutil.which("torchrun", path=os.path.dirname(sys.executable)) is None,
+                    reason="needs torch.distributed's launcher")
+def test_accelerate_launch_two_processes_matches_one(models, corpus, tmp_path):
+    """``accelerate launch --num_processes 2`` (gloo on CPU): same global batch, same loss curve as one process."""
+    accelerate = Path(sys.executable).with_name("accelerate")
+    common = {"train.max_steps": 3, "train.grad_accum": 2, "hydra.run.dir": tmp_path / "hydra"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    cmd = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "lengthx.train_cli",
+           *overrides(models, corpus, tmp_path, out="ddp", **common, **{"train.batch_size": 1})]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    single = train(compose_train_config(overrides(models, corpus, tmp_path, out="one", **common)))
+    ddp = read_curve(tmp_path / "ddp")
+    assert [r["step"] for r in ddp] == [1, 2, 3] and ddp[-1]["tokens"] == single.curve[-1]["tokens"]
+    assert all(abs(a["loss"] - b["loss"]) < 1e-4 for a, b in zip(ddp, single.curve, strict=True))
+    meta = json.loads((tmp_path / "ddp/final/lengthx_train.json").read_text())
+    assert meta["world_size"] == 2
