@@ -36,7 +36,7 @@ def t5_relative_bucket(
     return offset + torch.where(distance < max_exact, distance, large)
 
 
-# ---- paper B: APE interpolation (§3.2) and ALiBi from explicit positions (§3.1, DESIGN §5) ------------------
+# ---- paper B: APE interpolation (§3.2) and ALiBi from explicit positions (§3.1, DESIGN §5) -------------
 
 
 def interpolate_ape(weight: torch.Tensor, new_length: int) -> torch.Tensor:
@@ -53,7 +53,7 @@ def interpolate_ape(weight: torch.Tensor, new_length: int) -> torch.Tensor:
     dtype on the input device; the input is not modified.
     """
     if weight.dim() != 2:
-        raise ValueError(f"interpolate_ape expects a (positions, dim) matrix, got shape {tuple(weight.shape)}")
+        raise ValueError(f"interpolate_ape expects a (positions, dim) matrix, got {tuple(weight.shape)}")
     l_t = weight.shape[0]
     if new_length < l_t:
         raise ValueError(f"interpolate_ape grows the matrix: new_length={new_length} < current {l_t}")
@@ -106,7 +106,7 @@ def alibi_key_bias(slopes: torch.Tensor, positions: torch.Tensor) -> torch.Tenso
 def alibi_bias(slopes: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """The full ALiBi bias −slope_h · (p_i − p_j), shape (batch, heads, queries, keys), without causal mask.
 
-    The reference form of :func:`alibi_key_bias` (they differ by a per-row constant, so give the same softmax).
+    The reference form of :func:`alibi_key_bias` (they differ by a per-row constant: the same softmax).
     """
     pos = (positions if positions.dim() == 2 else positions[None]).float()
     rel = pos[:, None, :, None] - pos[:, None, None, :]  # p_i − p_j

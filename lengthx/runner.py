@@ -65,6 +65,8 @@ def config_hash(cfg: DictConfig, setting: Setting) -> str:
         "task": {k: v for k, v in OmegaConf.to_container(cfg.task, resolve=True).items() if k != "settings"},
         "setting": [setting.label, setting.value, setting.unit],
         "dtype": cfg.dtype,
+        "calibration": OmegaConf.to_container(cfg.calibration, resolve=True)
+        if cfg.method.name in ("pmax", "entropy", "prop1", "prop2") else None,
     }
     return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
@@ -106,7 +108,8 @@ class Runner:
     @property
     def loaded(self) -> LoadedModel:
         if self._loaded is None:
-            self._loaded = load_model(self.cfg.model, device=self.cfg.device, dtype=self.cfg.dtype)
+            self._loaded = load_model(self.cfg.model, device=self.cfg.device, dtype=self.cfg.dtype,
+                                      attention=self.cfg.get("attention"))
         return self._loaded
 
     def settings(self) -> list[Setting]:

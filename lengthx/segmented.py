@@ -83,8 +83,10 @@ def prefix_bounds(l_e: int, l_t: int, alpha: float) -> tuple[int, int]:
     n_prefix = l_t - n_suffix
     lo, hi = n_prefix + 1, l_e - n_suffix - 1
     if lo > hi:
-        raise ValueError(f"prefix-α has no valid suffix start: (1−α)L_t={n_prefix} < i < L_e−αL_t="
-                         f"{l_e - n_suffix} is empty (L_e={l_e}, L_t={l_t}); prefix-α needs L_e ≥ L_t + 2")
+        raise ValueError(
+            f"prefix-α has no valid suffix start: (1−α)L_t={n_prefix} < i < L_e−αL_t="
+            f"{l_e - n_suffix} is empty (L_e={l_e}, L_t={l_t}); prefix-α needs L_e ≥ L_t + 2"
+        )
     return lo, hi
 
 
@@ -135,8 +137,9 @@ class SegmentMethod:
         """``"chunk-0.25"``, ``"prefix-0.5"``, ``"full"``, ``"da"``; or ``("chunk", alpha=0.25)``."""
         m = re.fullmatch(r"(full|chunk|prefix|da)(?:-([0-9.]+))?", name.strip().lower())
         if m is None:
-            raise ValueError(f"unknown segmented method {name!r}; valid: full, chunk-α, prefix-α, da "
-                             "(e.g. chunk-0.25)")
+            raise ValueError(
+                f"unknown segmented method {name!r}; valid: full, chunk-α, prefix-α, da (e.g. chunk-0.25)"
+            )
         kind, a = m.group(1), m.group(2)
         if a is not None and alpha is not None and not math.isclose(float(a), float(alpha)):
             raise ValueError(f"method {name!r} conflicts with alpha={alpha}")
@@ -160,8 +163,9 @@ class SegmentMethod:
         """Length of the sequences the model is trained on: L_e for full, L_t otherwise."""
         return l_e if self.kind == "full" else l_t
 
-    def sample(self, l_e: int, l_t: int, generator: torch.Generator | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self, l_e: int, l_t: int, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(positions, loss mask) for one source sequence of length ``l_e`` (the whole one for full/da)."""
         if self.kind == "chunk":
             pos = chunk_sample(l_e, l_t, float(self.alpha), generator)
@@ -217,7 +221,9 @@ def collate_segmented(
     if len(gens) != len(sequences):
         raise ValueError(f"{len(sequences)} sequences but {len(gens)} generators")
     rows = [segment(s, method, l_t, g) for s, g in zip(sequences, gens, strict=True)]
-    batch = {k: torch.stack([r[k] for r in rows]) for k in ("input_ids", "position_ids", "loss_mask", "labels")}
+    batch = {
+        k: torch.stack([r[k] for r in rows]) for k in ("input_ids", "position_ids", "loss_mask", "labels")
+    }
     batch["attention_mask"] = torch.ones_like(batch["input_ids"])
     return batch
 

@@ -35,9 +35,11 @@ _PENDING_ATTR = "_lengthx_pending_position_ids"
 def check_family(family: str) -> None:
     """Fail fast for families segmented training does not cover (encoder-decoders, unknown names)."""
     if family not in SEGMENTED_FAMILIES:
-        raise ValueError(f"segmented training and segmented_ppl need a decoder-only model of family "
-                         f"{', '.join(SEGMENTED_FAMILIES)}; got family {family!r}"
-                         + (" (an encoder-decoder)" if family == "t5" else ""))
+        raise ValueError(
+            f"segmented training and segmented_ppl need a decoder-only model of family "
+            f"{', '.join(SEGMENTED_FAMILIES)}; got family {family!r}"
+            + (" (an encoder-decoder)" if family == "t5" else "")
+        )
 
 
 def base_model(model: nn.Module) -> nn.Module:
@@ -102,8 +104,10 @@ def _explicit_build_alibi(body: nn.Module, original):
             return original(attention_mask, num_heads, dtype)
         batch, kv_len = attention_mask.shape
         if positions.shape[-1] != kv_len:
-            raise ValueError(f"BLOOM with explicit positions: position_ids cover {positions.shape[-1]} tokens but "
-                             f"keys are {kv_len} (explicit positions are not supported with a KV cache)")
+            raise ValueError(
+                f"BLOOM with explicit positions: position_ids cover {positions.shape[-1]} tokens but "
+                f"keys are {kv_len} (explicit positions are not supported with a KV cache)"
+            )
         positions = positions.to(attention_mask.device).expand(batch, kv_len)
         bias = alibi_key_bias(alibi_slopes(num_heads, attention_mask.device), positions)  # (B, H, 1, K)
         return bias.reshape(batch * num_heads, 1, kv_len).to(dtype)
@@ -123,7 +127,11 @@ def _body_pre_hook(module: nn.Module, args: tuple, kwargs: dict[str, Any]):
         positions = getattr(module, _PENDING_ATTR, None)
     setattr(module, _PENDING_ATTR, None)
     setattr(module, _POSITIONS_ATTR, positions)
-    if positions is not None and kwargs.get("attention_mask") is None and not (len(args) > 2 and args[2] is not None):
+    if (
+        positions is not None
+        and kwargs.get("attention_mask") is None
+        and not (len(args) > 2 and args[2] is not None)
+    ):
         ids = kwargs.get("input_ids", args[0] if args else None)
         ref = ids if ids is not None else kwargs["inputs_embeds"][..., 0]
         # a mask makes BloomModel call build_alibi_tensor (our positions) instead of its arange shortcut

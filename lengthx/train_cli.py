@@ -6,7 +6,11 @@ are the shared ``conf/model/`` entries, registered into Hydra's ConfigStore as t
 ``lengthx run``. Data-parallel:
 
     accelerate launch --num_processes 4 -m lengthx.train_cli profile=paper model=gpt2 method=chunk-0.25
-    accelerate launch --cpu --num_processes 2 -m lengthx.train_cli model.path=DIR train.max_steps=4
+    accelerate launch --multi_gpu --num_processes 2 -m lengthx.train_cli model.path=DIR train.max_steps=4
+
+The second line is the CPU-only recipe: with no GPU visible, ``--multi_gpu`` starts N gloo processes
+(DistributedType.MULTI_CPU). accelerate 1.x's ``--cpu --num_processes N`` runs a single process unless mpirun
+is set up (``--mpirun_hostfile``). ``torchrun --nproc_per_node N -m lengthx.train_cli …`` works as well.
 """
 
 from __future__ import annotations
@@ -14,14 +18,19 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 CONF_DIR = Path(os.environ.get("LENGTHX_CONF", PACKAGE_DIR.parent / "conf")).resolve()
 TRAIN_CONF_DIR = CONF_DIR / "train"
-TRAIN_GROUPS = {"model": CONF_DIR / "model", "method": TRAIN_CONF_DIR / "method",
-                "profile": TRAIN_CONF_DIR / "profile"}
+TRAIN_GROUPS = {
+    "model": CONF_DIR / "model",
+    "method": TRAIN_CONF_DIR / "method",
+    "profile": TRAIN_CONF_DIR / "profile",
+}
 
 
 class TrainUsageError(Exception):
@@ -44,17 +53,30 @@ def check_train_overrides(argv: list[str]) -> None:
         valid = _choices(key)
         for v in value.split(","):
             if v and v not in valid:
-                raise TrainUsageError(f"unknown {key} '{v}' for lengthx train. Valid {key} names: {', '.join(valid)}.")
+                raise TrainUsageError(
+                    f"unknown {key} '{v}' for lengthx train. Valid {key} names: {', '.join(valid)}."
+                )
 
 
-def register_model_configs() -> None:
-    """Make ``conf/model/*.yaml`` the ``model`` group of the training config (ConfigStore)."""
+@contextmanager
+def model_configs() -> Iterator[None]:
+    """``conf/model/*.yaml`` as the ``model`` group of the training config, for the duration of the block.
+
+    They are put into Hydra's (process-global) ConfigStore and taken out again afterwards, so a later
+    ``lengthx run`` composition in the same process sees only ``conf/model`` (no schema-matching clash).
+    """
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
 
     cs = ConfigStore.instance()
+    had = "model" in cs.repo
     for path in sorted((CONF_DIR / "model").glob("*.yaml")):
         cs.store(group="model", name=path.stem, node=OmegaConf.load(path))
+    try:
+        yield
+    finally:
+        if not had:
+            cs.repo.pop("model", None)
 
 
 def _register_resolvers() -> None:
@@ -72,9 +94,8 @@ def compose_train_config(overrides: list[str] | None = None) -> Any:
     overrides = list(overrides or [])
     check_train_overrides(overrides)
     _register_resolvers()
-    register_model_configs()
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(TRAIN_CONF_DIR), version_base=None):
+    with model_configs(), initialize_config_dir(config_dir=str(TRAIN_CONF_DIR), version_base=None):
         return compose(config_name="config", overrides=overrides)
 
 
@@ -84,7 +105,8 @@ def _train(cfg: Any) -> None:
 
     try:
         result = train(cfg)
-    except ModelNotAvailable as err:
+    except (ModelNotAvailable, ValueError, FileNotFoundError, FileExistsError) as err:
+        # configuration mistakes (unknown family, bad α, missing files, a foreign output_dir): one paragraph
         print(f"lengthx train: {err}", file=sys.stderr)
         sys.exit(2)
     if result.is_main:
@@ -107,9 +129,9 @@ def train_main(argv: list[str]) -> None:
         print(f"lengthx: {err}", file=sys.stderr)
         sys.exit(2)
     _register_resolvers()
-    register_model_configs()
     sys.argv = ["lengthx train", *argv]
-    hydra.main(version_base=None, config_path=str(TRAIN_CONF_DIR), config_name="config")(_train)()
+    with model_configs():
+        hydra.main(version_base=None, config_path=str(TRAIN_CONF_DIR), config_name="config")(_train)()
 
 
 if __name__ == "__main__":

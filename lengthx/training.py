@@ -18,7 +18,9 @@ Paper B §4 in code (DESIGN §5):
   counter) are written atomically every ``train.save_every`` steps; rerunning the same command resumes
   from the newest one and the loss curve continues where it stopped.
 - **Data-parallel**: ``accelerate launch --num_processes N -m lengthx.train_cli …`` splits every global
-  batch across processes (rank r takes its own slice of each micro-batch).
+  batch across processes (rank r takes its own slice of each micro-batch), so N processes with batch b give
+  the same run as one process with batch N·b (on a CPU-only box: ``--multi_gpu``, which starts gloo
+  processes; see :mod:`lengthx.train_cli`).
 """
 
 from __future__ import annotations
@@ -51,8 +53,15 @@ SOURCES = ("stdlib", "files", "scientific_papers")
 # model keys that decide the weights a run starts from (display names and notes may change freely)
 _HASHED_MODEL_KEYS = ("name", "hub_id", "path", "family", "l_tr", "revision")
 # knobs that do not change what is trained (left out of the run's config hash)
-_UNHASHED_TRAIN_KEYS = ("output_dir", "overwrite", "save_every", "keep_checkpoints", "log_every",
-                        "stop_after_steps", "progress")
+_UNHASHED_TRAIN_KEYS = (
+    "output_dir",
+    "overwrite",
+    "save_every",
+    "keep_checkpoints",
+    "log_every",
+    "stop_after_steps",
+    "progress",
+)
 
 
 # =========================================================================================================
@@ -80,8 +89,9 @@ def stdlib_files(root: str | Path | None = None) -> list[Path]:
     return sorted(out)
 
 
-def _select(docs: list[tuple[str, Path]], split: str, test_percent: float, max_docs: int | None
-            ) -> list[tuple[str, Path]]:
+def _select(
+    docs: list[tuple[str, Path]], split: str, test_percent: float, max_docs: int | None
+) -> list[tuple[str, Path]]:
     if split not in ("train", "test"):
         raise ValueError(f"split must be train or test, got {split!r}")
     keep = [d for d in docs if is_test_document(d[0], test_percent) == (split == "test")]
@@ -95,8 +105,9 @@ def _documents_dataset(items: list[tuple[str, str]]):
     return Dataset.from_dict({"id": [i for i, _ in items], "text": [t for _, t in items]})
 
 
-def stdlib_documents(split: str, test_percent: float = 10.0, max_docs: int | None = None,
-                     root: str | None = None):
+def stdlib_documents(
+    split: str, test_percent: float = 10.0, max_docs: int | None = None, root: str | None = None
+):
     """Mini-profile corpus: one document per standard-library source file; test files are held out."""
     base = Path(root or sysconfig.get_paths()["stdlib"])
     docs = [(str(p.relative_to(base)), p) for p in stdlib_files(base)]
@@ -105,8 +116,14 @@ def stdlib_documents(split: str, test_percent: float = 10.0, max_docs: int | Non
     return _documents_dataset(items)
 
 
-def file_documents(files: list[str], split: str, test_percent: float = 10.0, max_docs: int | None = None,
-                   sample_by: str = "document", cache_dir: str | None = None):
+def file_documents(
+    files: list[str],
+    split: str,
+    test_percent: float = 10.0,
+    max_docs: int | None = None,
+    sample_by: str = "document",
+    cache_dir: str | None = None,
+):
     """Any local text, read with ``datasets.load_dataset("text", …)``.
 
     With ``sample_by=document`` each file is one document and files are split train/test by a hash of
@@ -124,8 +141,13 @@ def file_documents(files: list[str], split: str, test_percent: float = 10.0, max
         chosen = _select([(p, Path(p)) for p in paths], split, test_percent, max_docs)
         if not chosen:
             return _documents_dataset([])
-        ds = load_dataset("text", data_files=[str(q) for _, q in chosen], sample_by="document", split="train",
-                          cache_dir=cache_dir)
+        ds = load_dataset(
+            "text",
+            data_files=[str(q) for _, q in chosen],
+            sample_by="document",
+            split="train",
+            cache_dir=cache_dir,
+        )
         return _documents_dataset([(i, row["text"]) for (i, _), row in zip(chosen, ds, strict=True)])
     items = []
     for p in paths:
@@ -159,12 +181,16 @@ def arxiv_documents(split: str, data_cfg: Any):
         raise RuntimeError(
             f"could not load {path} ({name}, split {split}): {type(err).__name__}: {err}. The paper profile "
             "needs the hub or a local datasets cache; try data.hf_revision=refs/convert/parquet, or point "
-            "data.source=files data.files=[…] at local text.") from err
+            "data.source=files data.files=[…] at local text."
+        ) from err
     max_docs = data_cfg.get("max_docs")
     if max_docs:
         ds = ds.select(range(min(int(max_docs), len(ds))))
-    ds = ds.map(lambda row, i: {"id": f"arxiv:{split}:{i}", "text": row[field_name]}, with_indices=True,
-                remove_columns=ds.column_names)
+    ds = ds.map(
+        lambda row, i: {"id": f"arxiv:{split}:{i}", "text": row[field_name]},
+        with_indices=True,
+        remove_columns=ds.column_names,
+    )
     return ds
 
 
@@ -193,14 +219,15 @@ def load_documents(data_cfg: Any, split: str, profile: str = "mini"):
             raise ValueError("data.source=files needs data.files=[path, …]")
         files = [files] if isinstance(files, str) else list(files)
         hf_cache = str(Path(data_cfg.cache_dir).expanduser() / "hf") if data_cfg.get("cache_dir") else None
-        return file_documents(files, split, test_percent, max_docs, data_cfg.get("sample_by") or "document",
-                              hf_cache)
+        return file_documents(
+            files, split, test_percent, max_docs, data_cfg.get("sample_by") or "document", hf_cache
+        )
     return arxiv_documents(split, data_cfg)
 
 
 def split_pieces(token_ids: list[int], length: int) -> list[list[int]]:
     """Non-overlapping pieces of exactly ``length`` tokens; the remainder is dropped (paper B §4.1)."""
-    return [token_ids[i:i + length] for i in range(0, len(token_ids) - length + 1, length)]
+    return [token_ids[i : i + length] for i in range(0, len(token_ids) - length + 1, length)]
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:
@@ -226,10 +253,16 @@ def piece_dataset(data_cfg: Any, tokenizer: Any, split: str, length: int, profil
     from datasets import Dataset, Features, Sequence, Value, load_from_disk
 
     source = resolve_source(data_cfg, profile)
-    keyed = {k: v for k, v in OmegaConf.to_container(OmegaConf.create(dict(data_cfg)), resolve=True).items()
-             if k not in ("cache_dir", "num_proc")}
-    key = hashlib.sha256(json.dumps([keyed, source, split, int(length), tokenizer_fingerprint(tokenizer)],
-                                    sort_keys=True, default=str).encode()).hexdigest()[:16]
+    keyed = {
+        k: v
+        for k, v in OmegaConf.to_container(OmegaConf.create(dict(data_cfg)), resolve=True).items()
+        if k not in ("cache_dir", "num_proc")
+    }
+    key = hashlib.sha256(
+        json.dumps(
+            [keyed, source, split, int(length), tokenizer_fingerprint(tokenizer)], sort_keys=True, default=str
+        ).encode()
+    ).hexdigest()[:16]
     path = _cache_root(data_cfg) / f"{source}-{split}-{length}-{key}"
     if (path / "dataset_info.json").exists():
         return load_from_disk(str(path)).with_format("torch")
@@ -245,15 +278,26 @@ def piece_dataset(data_cfg: Any, tokenizer: Any, split: str, length: int, profil
                 out["input_ids"].append(piece)
         return out
 
-    features = Features({"doc_id": Value("string"), "piece": Value("int32"),
-                         "input_ids": Sequence(Value("int32"), length=length)})
+    features = Features(
+        {
+            "doc_id": Value("string"),
+            "piece": Value("int32"),
+            "input_ids": Sequence(Value("int32"), length=length),
+        }
+    )
     if len(docs) == 0:
         pieces = Dataset.from_dict({"doc_id": [], "piece": [], "input_ids": []}, features=features)
     else:
         num_proc = data_cfg.get("num_proc")
-        pieces = docs.map(cut, batched=True, batch_size=32, remove_columns=docs.column_names, features=features,
-                          num_proc=int(num_proc) if num_proc and len(docs) > 1 else None,
-                          desc=f"tokenising {split} into {length}-token pieces")
+        pieces = docs.map(
+            cut,
+            batched=True,
+            batch_size=32,
+            remove_columns=docs.column_names,
+            features=features,
+            num_proc=int(num_proc) if num_proc and len(docs) > 1 else None,
+            desc=f"tokenising {split} into {length}-token pieces",
+        )
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     pieces.save_to_disk(str(tmp))
     if path.exists():
@@ -296,9 +340,19 @@ def default_epochs(method: SegmentMethod, l_t: int, l_e: int) -> float:
     return l_e / l_t if method.segmented else 1.0
 
 
-def make_plan(method: SegmentMethod, l_t: int, l_e: int, pieces: int, batch_size: int, grad_accum: int,
-              world_size: int = 1, epochs: float | None = None, max_steps: int | None = None,
-              warmup_ratio: float = 0.01, warmup_steps: int | None = None) -> TrainPlan:
+def make_plan(
+    method: SegmentMethod,
+    l_t: int,
+    l_e: int,
+    pieces: int,
+    batch_size: int,
+    grad_accum: int,
+    world_size: int = 1,
+    epochs: float | None = None,
+    max_steps: int | None = None,
+    warmup_ratio: float = 0.01,
+    warmup_steps: int | None = None,
+) -> TrainPlan:
     """Steps and sequences of a run; ``max_steps`` caps the run (the schedule follows the cap)."""
     if l_e < l_t:
         raise ValueError(f"L_e={l_e} must be at least L_t={l_t}")
@@ -309,13 +363,27 @@ def make_plan(method: SegmentMethod, l_t: int, l_e: int, pieces: int, batch_size
     if max_steps:
         steps = min(steps, int(max_steps)) if steps else 0
     if steps < 1:
-        raise ValueError(f"the corpus gives {pieces} pieces of {method.source_length(l_t, l_e)} tokens: "
-                         f"{ep:g} epochs are {total} sequences, fewer than one global batch of {global_batch}; "
-                         "use more documents (data.max_docs), a smaller batch, or a shorter L_e")
+        raise ValueError(
+            f"the corpus gives {pieces} pieces of {method.source_length(l_t, l_e)} tokens: "
+            f"{ep:g} epochs are {total} sequences, fewer than one global batch of {global_batch}; "
+            "use more documents (data.max_docs), a smaller batch, or a shorter L_e"
+        )
     warm = int(warmup_steps) if warmup_steps is not None else int(math.ceil(warmup_ratio * steps))
     train_len = method.train_length(l_t, l_e)
-    return TrainPlan(method.name, l_t, l_e, method.source_length(l_t, l_e), train_len, pieces, ep,
-                     steps * global_batch, global_batch, steps, steps * global_batch * train_len, warm)
+    return TrainPlan(
+        method.name,
+        l_t,
+        l_e,
+        method.source_length(l_t, l_e),
+        train_len,
+        pieces,
+        ep,
+        steps * global_batch,
+        global_batch,
+        steps,
+        steps * global_batch * train_len,
+        warm,
+    )
 
 
 def epoch_permutation(seed: int, epoch: int, pieces: int) -> torch.Tensor:
@@ -337,8 +405,9 @@ class SequenceOrder:
         return int(self._cache[epoch][within])
 
 
-def micro_batch_indices(step: int, micro: int, rank: int, batch_size: int, grad_accum: int, world: int
-                        ) -> list[int]:
+def micro_batch_indices(
+    step: int, micro: int, rank: int, batch_size: int, grad_accum: int, world: int
+) -> list[int]:
     """Global sequence indices of one process's micro-batch: step → accumulation slot → rank slice."""
     base = (step * grad_accum + micro) * batch_size * world + rank * batch_size
     return list(range(base, base + batch_size))
@@ -361,8 +430,9 @@ class WarmupCosine:
         return self.min_ratio + (1.0 - self.min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def build_optimizer(model: torch.nn.Module, lr: float, weight_decay: float, betas: tuple[float, float],
-                    eps: float = 1e-8) -> torch.optim.AdamW:
+def build_optimizer(
+    model: torch.nn.Module, lr: float, weight_decay: float, betas: tuple[float, float], eps: float = 1e-8
+) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices only (biases and norm weights are not decayed)."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():
@@ -375,8 +445,11 @@ def build_optimizer(model: torch.nn.Module, lr: float, weight_decay: float, beta
 
 def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy over the kept targets (fp32): logits[t] predicts labels[t+1]."""
-    return torch.nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]),
-                                             labels[:, 1:].reshape(-1), ignore_index=IGNORE_INDEX)
+    return torch.nn.functional.cross_entropy(
+        logits[:, :-1].float().reshape(-1, logits.shape[-1]),
+        labels[:, 1:].reshape(-1),
+        ignore_index=IGNORE_INDEX,
+    )
 
 
 @dataclass
@@ -391,7 +464,11 @@ class TrainerState:
         return asdict(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.step, self.tokens, self.seconds = int(state["step"]), int(state["tokens"]), float(state["seconds"])
+        self.step, self.tokens, self.seconds = (
+            int(state["step"]),
+            int(state["tokens"]),
+            float(state["seconds"]),
+        )
 
 
 # =========================================================================================================
@@ -408,8 +485,14 @@ def load_for_training(model_cfg: Any, attn_implementation: str | None = None) ->
     attn = "eager" if family == "bloom" else (attn_implementation or "sdpa")
     path = model_cfg.get("path")
     tokenizer = _from_source(model_cfg.name, model_cfg.get("hub_id"), path, AutoTokenizer)
-    model = _from_source(model_cfg.name, model_cfg.get("hub_id"), path, AutoModelForCausalLM,
-                         dtype=torch.float32, attn_implementation=attn)
+    model = _from_source(
+        model_cfg.name,
+        model_cfg.get("hub_id"),
+        path,
+        AutoModelForCausalLM,
+        dtype=torch.float32,
+        attn_implementation=attn,
+    )
     model.train()
     return model, tokenizer
 
@@ -462,10 +545,16 @@ def resolve_run(cfg: DictConfig) -> RunSpec:
     assert isinstance(container, dict)
     train_cfg = {k: v for k, v in container.get("train", {}).items() if k not in _UNHASHED_TRAIN_KEYS}
     model_part = {k: v for k, v in container["model"].items() if k in _HASHED_MODEL_KEYS}
-    relevant = {"model": model_part, "method": method.name, "l_t": l_t, "l_e": l_e,
-                "data": {k: v for k, v in container.get("data", {}).items() if k not in ("cache_dir", "num_proc")},
-                "train": train_cfg, "seed": container.get("seed", 0),
-                "profile": container.get("profile", {}).get("name", "mini")}
+    relevant = {
+        "model": model_part,
+        "method": method.name,
+        "l_t": l_t,
+        "l_e": l_e,
+        "data": {k: v for k, v in container.get("data", {}).items() if k not in ("cache_dir", "num_proc")},
+        "train": train_cfg,
+        "seed": container.get("seed", 0),
+        "profile": container.get("profile", {}).get("name", "mini"),
+    }
     chash = hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:12]
     out = cfg.train.get("output_dir")
     if not out:
@@ -536,8 +625,36 @@ def train(cfg: DictConfig) -> TrainResult:
     logging.getLogger("accelerate.utils.other").setLevel(logging.ERROR)
     device = str(cfg.get("device") or "auto")
     cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
-    accelerator = Accelerator(cpu=cpu, mixed_precision=_precision(str(tc.get("precision", "auto")),
-                                                                    "cpu" if cpu else "cuda"))
+    accelerator = Accelerator(
+        cpu=cpu, mixed_precision=_precision(str(tc.get("precision", "auto")), "cpu" if cpu else "cuda")
+    )
+    set_seed(int(cfg.get("seed", 0)))
+    model, tokenizer = load_for_training(cfg.model, tc.get("attn_implementation"))
+    family = str(cfg.model.family)
+    positions_info = prepare_for_length(model, family, spec.l_e)
+    if tc.get("gradient_checkpointing", False):
+        model.gradient_checkpointing_enable()
+    profile = str(cfg.get("profile", {}).get("name", "mini"))
+    with accelerator.main_process_first():  # tokenise once; the other processes read the cache
+        pieces = piece_dataset(
+            cfg.data, tokenizer, "train", spec.method.source_length(spec.l_t, spec.l_e), profile
+        )
+    world, rank = accelerator.num_processes, accelerator.process_index
+    bs, ga = int(tc.batch_size), int(tc.grad_accum)
+    plan = make_plan(
+        spec.method,
+        spec.l_t,
+        spec.l_e,
+        len(pieces),
+        bs,
+        ga,
+        world,
+        tc.get("epochs"),
+        tc.get("max_steps"),
+        float(tc.get("warmup_ratio", 0.01)),
+        tc.get("warmup_steps"),
+    )
+    # the output directory is touched only once model, data and plan are known to be valid
     out = spec.output_dir
     main = accelerator.is_main_process
     if main:
@@ -547,31 +664,27 @@ def train(cfg: DictConfig) -> TrainResult:
             old = json.loads(cfg_file.read_text())
             if old.get("config_hash") != spec.config_hash:
                 if not tc.get("overwrite", False):
-                    raise RuntimeError(
+                    raise FileExistsError(
                         f"{out} holds a run with another configuration (hash {old.get('config_hash')} vs "
-                        f"{spec.config_hash}); choose another train.output_dir or pass train.overwrite=true")
+                        f"{spec.config_hash}); choose another train.output_dir or pass train.overwrite=true"
+                    )
                 shutil.rmtree(out / "checkpoints", ignore_errors=True)
                 (out / "curve.jsonl").unlink(missing_ok=True)
-        cfg_file.write_text(json.dumps({"config_hash": spec.config_hash, "config": spec.config}, indent=1,
-                                       default=str))
+                shutil.rmtree(out / "final", ignore_errors=True)
+        cfg_file.write_text(
+            json.dumps({"config_hash": spec.config_hash, "config": spec.config}, indent=1, default=str)
+        )
     accelerator.wait_for_everyone()
-
-    set_seed(int(cfg.get("seed", 0)))
-    model, tokenizer = load_for_training(cfg.model, tc.get("attn_implementation"))
-    family = str(cfg.model.family)
-    positions_info = prepare_for_length(model, family, spec.l_e)
-    if tc.get("gradient_checkpointing", False):
-        model.gradient_checkpointing_enable()
-    profile = str(cfg.get("profile", {}).get("name", "mini"))
-    pieces = piece_dataset(cfg.data, tokenizer, "train", spec.method.source_length(spec.l_t, spec.l_e), profile)
-    world, rank = accelerator.num_processes, accelerator.process_index
-    bs, ga = int(tc.batch_size), int(tc.grad_accum)
-    plan = make_plan(spec.method, spec.l_t, spec.l_e, len(pieces), bs, ga, world, tc.get("epochs"),
-                     tc.get("max_steps"), float(tc.get("warmup_ratio", 0.01)), tc.get("warmup_steps"))
-    optimizer = build_optimizer(model, float(tc.lr), float(tc.weight_decay),
-                                (float(tc.betas[0]), float(tc.betas[1])), float(tc.get("eps", 1e-8)))
+    optimizer = build_optimizer(
+        model,
+        float(tc.lr),
+        float(tc.weight_decay),
+        (float(tc.betas[0]), float(tc.betas[1])),
+        float(tc.get("eps", 1e-8)),
+    )
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, WarmupCosine(plan.warmup_steps, plan.steps, float(tc.get("min_lr_ratio", 0.1))))
+        optimizer, WarmupCosine(plan.warmup_steps, plan.steps, float(tc.get("min_lr_ratio", 0.1)))
+    )
     model, optimizer = accelerator.prepare(model, optimizer)
     state = TrainerState()
     # the scheduler is stepped by hand once per optimizer step, so it is registered rather than prepared
@@ -592,8 +705,14 @@ def train(cfg: DictConfig) -> TrainResult:
     stop_after = tc.get("stop_after_steps")
     save_every = int(tc.get("save_every") or 0)
     keep = int(tc.get("keep_checkpoints") or 2)
-    bar = tqdm(total=plan.steps, initial=state.step, desc=f"train {spec.label}", unit="step",
-               disable=not main or not tc.get("progress", True), dynamic_ncols=True)
+    bar = tqdm(
+        total=plan.steps,
+        initial=state.step,
+        desc=f"train {spec.label}",
+        unit="step",
+        disable=not main or not tc.get("progress", True),
+        dynamic_ncols=True,
+    )
     window: list[tuple[float, int]] = []
     model.train()
     while state.step < plan.steps:
@@ -604,13 +723,16 @@ def train(cfg: DictConfig) -> TrainResult:
         for micro in range(ga):
             idx = micro_batch_indices(state.step, micro, rank, bs, ga, world)
             rows = pieces[[order(k) for k in idx]]["input_ids"].long()
-            batch = collate_segmented(list(rows), spec.method, spec.l_t, [sample_generator(seed, k) for k in idx])
+            batch = collate_segmented(
+                list(rows), spec.method, spec.l_t, [sample_generator(seed, k) for k in idx]
+            )
             batch = {k: v.to(accelerator.device) for k, v in batch.items()}
             sync = micro == ga - 1
             ctx = accelerator.no_sync(model) if not sync and world > 1 else nullcontext()
             with ctx:
-                outputs = segmented_forward(model, batch["input_ids"], batch["position_ids"],
-                                            batch["attention_mask"])
+                outputs = segmented_forward(
+                    model, batch["input_ids"], batch["position_ids"], batch["attention_mask"]
+                )
                 loss = causal_lm_loss(outputs.logits, batch["labels"])
                 accelerator.backward(loss / ga)
             step_loss += loss.detach() / ga
@@ -628,8 +750,13 @@ def train(cfg: DictConfig) -> TrainResult:
         window = (window + [(dt, plan.tokens_per_step)])[-20:]
         tok_s = sum(n for _, n in window) / max(1e-9, sum(t for t, _ in window))
         if main:
-            row = {"step": state.step, "loss": round(mean_loss, 6), "lr": lr,
-                   "tokens": state.tokens, "seconds": round(state.seconds, 3)}
+            row = {
+                "step": state.step,
+                "loss": round(mean_loss, 6),
+                "lr": lr,
+                "tokens": state.tokens,
+                "seconds": round(state.seconds, 3),
+            }
             with open(out / "curve.jsonl", "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row) + "\n")
             bar.set_postfix(loss=f"{mean_loss:.4f}", tok_s=f"{tok_s:,.0f}", lr=f"{row['lr']:.2e}")
@@ -648,14 +775,28 @@ def train(cfg: DictConfig) -> TrainResult:
             shutil.rmtree(tmp, ignore_errors=True)
             unwrapped.save_pretrained(str(tmp))
             tokenizer.save_pretrained(str(tmp))
-            meta = {"method": spec.method.name, "label": spec.label, "alpha": spec.method.alpha, "l_t": spec.l_t,
-                    "l_e": spec.l_e, "l_e_factor": spec.l_e / spec.l_t, "family": family,
-                    "base_model": {"name": str(cfg.model.name), "hub_id": cfg.model.get("hub_id"),
-                                   "path": cfg.model.get("path")},
-                    "base_meta": source_meta(cfg.model), "positions": positions_info,
-                    "max_positions": max_positions(unwrapped, family), "plan": asdict(plan),
-                    "steps": state.step, "tokens": state.tokens, "config_hash": spec.config_hash,
-                    "world_size": world}
+            meta = {
+                "method": spec.method.name,
+                "label": spec.label,
+                "alpha": spec.method.alpha,
+                "l_t": spec.l_t,
+                "l_e": spec.l_e,
+                "l_e_factor": spec.l_e / spec.l_t,
+                "family": family,
+                "base_model": {
+                    "name": str(cfg.model.name),
+                    "hub_id": cfg.model.get("hub_id"),
+                    "path": cfg.model.get("path"),
+                },
+                "base_meta": source_meta(cfg.model),
+                "positions": positions_info,
+                "max_positions": max_positions(unwrapped, family),
+                "plan": asdict(plan),
+                "steps": state.step,
+                "tokens": state.tokens,
+                "config_hash": spec.config_hash,
+                "world_size": world,
+            }
             (tmp / META_FILE).write_text(json.dumps(meta, indent=1, default=str))
             shutil.rmtree(final_dir, ignore_errors=True)
             os.replace(tmp, final_dir)
@@ -694,8 +835,10 @@ def main_summary(result: TrainResult) -> str:
     last = result.curve[-1] if result.curve else {}
     where = f"final model: {result.final_dir}" if result.final_dir else f"stopped at step {result.step}"
     resumed = f", resumed from step {result.resumed_from}" if result.resumed_from else ""
-    return (f"{result.plan.method}: {result.step}/{result.plan.steps} steps, {last.get('tokens', 0):,} tokens, "
-            f"loss {last.get('loss', float('nan')):.4f}{resumed}; {where}")
+    return (
+        f"{result.plan.method}: {result.step}/{result.plan.steps} steps, {last.get('tokens', 0):,} tokens, "
+        f"loss {last.get('loss', float('nan')):.4f}{resumed}; {where}"
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

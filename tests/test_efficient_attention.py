@@ -132,6 +132,22 @@ def test_auto_mode_threshold_and_disable():
         enable_efficient_t5(model, mode="sometimes")
 
 
+def test_gradients_match_stock():
+    """The efficient paths are differentiable (the table is an ordinary autograd view of the embedding)."""
+    ids, mask, dec = _batch(90, padded=True)
+    grads = {}
+    for name in ("stock", "sdpa", "explicit"):
+        model = tiny_t5(attn="sdpa") if name == "stock" else tiny_t5()
+        if name != "stock":
+            enable_efficient_t5(model, mode="always", backend=name)
+        model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, labels=dec).loss.backward()
+        enc = model.encoder.block
+        grads[name] = torch.cat([enc[0].layer[0].SelfAttention.relative_attention_bias.weight.grad.flatten(),
+                                 enc[1].layer[0].SelfAttention.q.weight.grad.flatten()])
+    for name in ("sdpa", "explicit"):
+        assert torch.allclose(grads[name], grads["stock"], atol=1e-5), name
+
+
 @pytest.mark.parametrize("backend,padded,stats", [("sdpa", False, False), ("sdpa", True, False),
                                                    ("explicit", True, True)])
 def test_memory_bounded_no_full_bias(backend, padded, stats):

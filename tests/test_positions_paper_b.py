@@ -1,4 +1,4 @@
-"""Paper B positions: APE interpolation (§3.2), ALiBi from explicit positions (BLOOM), GPT-2/NeoX position ids."""
+"""Paper B positions: APE interpolation (§3.2), explicit-position ALiBi (BLOOM), GPT-2/NeoX position ids."""
 
 from __future__ import annotations
 
@@ -26,30 +26,45 @@ from lengthx.segmented_models import (
 )
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models: one intra-op thread (on a shared 2-core box more threads only spin)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 # ---- interpolate_ape ----------------------------------------------------------------------------------
 def test_interpolate_ape_beta_2_hand_computed():
     e = torch.tensor([[1.0, 0.0], [3.0, 2.0], [-1.0, 4.0]])  # L_t = 3
-    expected = torch.tensor([
-        [1.0, 0.0],   # e'_0 = e_0
-        [2.0, 1.0],   # e'_1 = ½e_0 + ½e_1
-        [3.0, 2.0],   # e'_2 = e_1
-        [1.0, 3.0],   # e'_3 = ½e_1 + ½e_2
-        [-1.0, 4.0],  # e'_4 = e_2
-        [-1.0, 4.0],  # e'_5 = ½e_2 + ½e_3, e_3 := e_2
-    ])
+    expected = torch.tensor(
+        [
+            [1.0, 0.0],  # e'_0 = e_0
+            [2.0, 1.0],  # e'_1 = ½e_0 + ½e_1
+            [3.0, 2.0],  # e'_2 = e_1
+            [1.0, 3.0],  # e'_3 = ½e_1 + ½e_2
+            [-1.0, 4.0],  # e'_4 = e_2
+            [-1.0, 4.0],  # e'_5 = ½e_2 + ½e_3, e_3 := e_2
+        ]
+    )
     assert torch.equal(interpolate_ape(e, 6), expected)
 
 
 def test_interpolate_ape_beta_4_hand_computed():
     e = torch.tensor([[0.0, 4.0], [8.0, 0.0]])  # L_t = 2
-    expected = torch.tensor([
-        [0.0, 4.0],  # e_0
-        [2.0, 3.0],  # ¾e_0 + ¼e_1
-        [4.0, 2.0],  # ½e_0 + ½e_1
-        [6.0, 1.0],  # ¼e_0 + ¾e_1
-        [8.0, 0.0],  # e_1
-        [8.0, 0.0], [8.0, 0.0], [8.0, 0.0],  # between e_1 and e_2 := e_1
-    ])
+    expected = torch.tensor(
+        [
+            [0.0, 4.0],  # e_0
+            [2.0, 3.0],  # ¾e_0 + ¼e_1
+            [4.0, 2.0],  # ½e_0 + ½e_1
+            [6.0, 1.0],  # ¼e_0 + ¾e_1
+            [8.0, 0.0],  # e_1
+            [8.0, 0.0],
+            [8.0, 0.0],
+            [8.0, 0.0],  # between e_1 and e_2 := e_1
+        ]
+    )
     assert torch.equal(interpolate_ape(e, 8), expected)
 
 
@@ -72,8 +87,9 @@ def test_interpolate_ape_edge_cases():
     assert torch.equal(interpolate_ape(w, 4), w)
     out = interpolate_ape(w, 10)  # non-integral β = 2.5: same rule at i·L_t/L_e
     assert out.dtype == torch.float16 and torch.equal(w, before)
-    assert torch.allclose(out[5].float(), w[2].float()) and torch.allclose(out[1].float(), (0.6 * w[0] + 0.4 * w[1]).float(),
-                                                                           atol=1e-3)
+    assert torch.allclose(out[5].float(), w[2].float()) and torch.allclose(
+        out[1].float(), (0.6 * w[0] + 0.4 * w[1]).float(), atol=1e-3
+    )
     with pytest.raises(ValueError, match="grows"):
         interpolate_ape(w, 3)
 
@@ -104,8 +120,16 @@ def test_key_bias_and_full_bias_give_the_same_attention():
 # ---- BLOOM with explicit positions ------------------------------------------------------------------------
 def tiny_bloom(seed: int = 0, layers: int = 2) -> BloomForCausalLM:
     torch.manual_seed(seed)
-    cfg = BloomConfig(vocab_size=64, hidden_size=32, n_layer=layers, n_head=4, bos_token_id=1, eos_token_id=2,
-                      pad_token_id=0, attn_implementation="eager")
+    cfg = BloomConfig(
+        vocab_size=64,
+        hidden_size=32,
+        n_layer=layers,
+        n_head=4,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        attn_implementation="eager",
+    )
     return BloomForCausalLM(cfg).eval()
 
 
@@ -117,14 +141,17 @@ def test_bloom_explicit_contiguous_positions_equal_stock():
     explicit = enable_explicit_alibi(tiny_bloom())
     pos = torch.arange(20).expand(2, -1)
     assert torch.allclose(explicit(ids, position_ids=pos).logits, ref, atol=1e-6)
-    assert torch.allclose(explicit(ids, position_ids=pos, attention_mask=torch.ones_like(ids)).logits, ref_masked,
-                          atol=1e-6)
+    assert torch.allclose(
+        explicit(ids, position_ids=pos, attention_mask=torch.ones_like(ids)).logits, ref_masked, atol=1e-6
+    )
     assert torch.allclose(explicit(ids).logits, ref, atol=1e-6), "without position_ids it is stock BLOOM"
     assert enable_explicit_alibi(explicit) is explicit  # idempotent: hooks are not stacked
     assert torch.allclose(explicit(ids, position_ids=pos).logits, ref, atol=1e-6)
 
 
-def _layer0_reference_attention(model: BloomForCausalLM, ids: torch.Tensor, positions: list[int]) -> torch.Tensor:
+def _layer0_reference_attention(
+    model: BloomForCausalLM, ids: torch.Tensor, positions: list[int]
+) -> torch.Tensor:
     """Layer-0 attention probabilities computed by hand, with ALiBi −slope_h·(p_i − p_j) written out."""
     block = model.transformer.h[0]
     heads, length = model.config.n_head, ids.shape[1]
@@ -153,7 +180,9 @@ def test_bloom_explicit_positions_match_hand_built_alibi_and_differ_from_stock()
     ref = _layer0_reference_attention(model, ids, positions)
     assert torch.allclose(out.attentions[0], ref, atol=1e-5), "ALiBi follows the explicit positions"
     stock = model(ids, output_attentions=True)  # stock BLOOM: contiguous positions 0..11
-    assert torch.allclose(stock.attentions[0], _layer0_reference_attention(model, ids, list(range(12))), atol=1e-5)
+    assert torch.allclose(
+        stock.attentions[0], _layer0_reference_attention(model, ids, list(range(12))), atol=1e-5
+    )
     assert not torch.allclose(stock.attentions[0], out.attentions[0], atol=1e-3)
     assert not torch.allclose(stock.logits, out.logits, atol=1e-4)
 
@@ -174,16 +203,32 @@ def test_bloom_body_takes_position_ids_and_trains():
 # ---- GPT-2 / GPT-NeoX with position ids -------------------------------------------------------------------
 def tiny_gpt2(n_positions: int = 64) -> GPT2LMHeadModel:
     torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=n_positions, bos_token_id=1,
-                     eos_token_id=2, attn_implementation="eager")
+    cfg = GPT2Config(
+        vocab_size=64,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        n_positions=n_positions,
+        bos_token_id=1,
+        eos_token_id=2,
+        attn_implementation="eager",
+    )
     return GPT2LMHeadModel(cfg).eval()
 
 
 def tiny_neox(max_positions: int = 64) -> GPTNeoXForCausalLM:
     torch.manual_seed(0)
-    cfg = GPTNeoXConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=64, max_position_embeddings=max_positions, bos_token_id=1, eos_token_id=2,
-                        attn_implementation="eager")
+    cfg = GPTNeoXConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=max_positions,
+        bos_token_id=1,
+        eos_token_id=2,
+        attn_implementation="eager",
+    )
     return GPTNeoXForCausalLM(cfg).eval()
 
 
@@ -204,8 +249,9 @@ def test_segmented_forward_equals_full_forward_restricted_to_the_kept_tokens(mak
     # a chunk of one full segment (L_e = L_t) is the plain forward
     whole = chunk_sample(16, 16, 0.25, torch.Generator().manual_seed(0))
     assert torch.equal(whole, torch.arange(16))
-    assert torch.allclose(segmented_forward(model, full[:, :16], whole[None]).logits, model(full[:, :16]).logits,
-                          atol=1e-6)
+    assert torch.allclose(
+        segmented_forward(model, full[:, :16], whole[None]).logits, model(full[:, :16]).logits, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("make", [tiny_gpt2, tiny_neox], ids=["gpt2", "neox"])

@@ -21,9 +21,25 @@ from lengthx.segmented import (
 )
 
 # (L_e, L_t, α): the paper's α values, L_e = L_t (degenerate), odd L_e, large β
-CHUNK_CASES = [(64, 16, 0.25), (64, 16, 0.5), (64, 16, 0.125), (16, 16, 0.25), (17, 16, 0.25), (1000, 64, 0.125),
-               (40, 8, 0.5), (4096, 1024, 0.25), (130, 32, 0.25)]
-PREFIX_CASES = [(64, 16, 0.25), (64, 16, 0.5), (18, 16, 0.25), (1000, 64, 0.5), (4096, 1024, 0.25), (130, 32, 0.5)]
+CHUNK_CASES = [
+    (64, 16, 0.25),
+    (64, 16, 0.5),
+    (64, 16, 0.125),
+    (16, 16, 0.25),
+    (17, 16, 0.25),
+    (1000, 64, 0.125),
+    (40, 8, 0.5),
+    (4096, 1024, 0.25),
+    (130, 32, 0.25),
+]
+PREFIX_CASES = [
+    (64, 16, 0.25),
+    (64, 16, 0.5),
+    (18, 16, 0.25),
+    (1000, 64, 0.5),
+    (4096, 1024, 0.25),
+    (130, 32, 0.5),
+]
 SEEDS = range(60)
 
 
@@ -56,12 +72,15 @@ def test_chunk_of_one_full_sequence_is_contiguous():
 
 def test_chunk_placements_are_uniform():
     # L_e=6, L_t=2, α=0.5: two 1-token segments = a uniform 2-subset of 6 positions (15 placements)
-    counts = Counter(tuple(chunk_sample(6, 2, 0.5, torch.Generator().manual_seed(s)).tolist()) for s in range(3000))
+    counts = Counter(
+        tuple(chunk_sample(6, 2, 0.5, torch.Generator().manual_seed(s)).tolist()) for s in range(3000)
+    )
     assert set(counts) == set(itertools.combinations(range(6), 2))
     assert max(counts.values()) < 1.35 * 200 and min(counts.values()) > 0.65 * 200
     # L_e=7, L_t=4, α=0.5: two 2-token segments, all C(5,2)=10 placements (adjacent ones included)
-    starts = Counter(tuple(chunk_sample(7, 4, 0.5, torch.Generator().manual_seed(s))[::2].tolist())
-                     for s in range(2000))
+    starts = Counter(
+        tuple(chunk_sample(7, 4, 0.5, torch.Generator().manual_seed(s))[::2].tolist()) for s in range(2000)
+    )
     assert len(starts) == 10 and (1, 3) in starts and (0, 5) in starts
 
 
@@ -121,12 +140,20 @@ def test_invalid_arguments_fail_clearly():
 
 
 def test_method_names_and_lengths():
-    assert SegmentMethod.parse("chunk-0.25") == SegmentMethod("chunk", 0.25) == SegmentMethod.parse("chunk", 0.25)
+    assert (
+        SegmentMethod.parse("chunk-0.25")
+        == SegmentMethod("chunk", 0.25)
+        == SegmentMethod.parse("chunk", 0.25)
+    )
     assert SegmentMethod.parse("prefix", alpha=0.5).name == "prefix-0.5"
     assert SegmentMethod.parse("full").name == "full" and SegmentMethod.parse("DA").name == "da"
     with pytest.raises(ValueError, match="conflicts"):
         SegmentMethod.parse("chunk-0.25", alpha=0.5)
-    chunk, full, da = SegmentMethod.parse("chunk-0.25"), SegmentMethod.parse("full"), SegmentMethod.parse("da")
+    chunk, full, da = (
+        SegmentMethod.parse("chunk-0.25"),
+        SegmentMethod.parse("full"),
+        SegmentMethod.parse("da"),
+    )
     assert (chunk.source_length(16, 64), chunk.train_length(16, 64)) == (64, 16)
     assert (full.source_length(16, 64), full.train_length(16, 64)) == (64, 64)
     assert (da.source_length(16, 64), da.train_length(16, 64)) == (16, 16)
@@ -152,7 +179,9 @@ def test_collate_keeps_original_positions_and_tokens():
         assert torch.equal(chunk["position_ids"][b], chunk_sample(64, 16, 0.25, sample_generator(5, b)))
     assert torch.equal(chunk["labels"], chunk["input_ids"])  # chunk: loss on all tokens
 
-    prefix = collate_segmented(seqs, SegmentMethod.parse("prefix-0.25"), 16, [sample_generator(5, k) for k in range(3)])
+    prefix = collate_segmented(
+        seqs, SegmentMethod.parse("prefix-0.25"), 16, [sample_generator(5, k) for k in range(3)]
+    )
     assert torch.all(prefix["labels"][:, :13] == IGNORE_INDEX)  # prefix (12) + the first suffix target
     assert torch.equal(prefix["labels"][:, 13:], prefix["input_ids"][:, 13:])
     assert torch.equal(prefix["loss_mask"], (torch.arange(16) >= 12).expand(3, -1))

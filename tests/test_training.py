@@ -33,6 +33,15 @@ L_T = 16
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models: one intra-op thread (on a shared 2-core box more threads only spin)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> list[str]:
     """Twelve small documents with learnable structure (repeated phrases, counters)."""
@@ -67,10 +76,28 @@ def models(tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("models")
     common = {"vocab_size": 384, "bos_token_id": 1, "eos_token_id": 1, "pad_token_id": 0}
     made = {
-        "gpt2": GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=L_T, resid_pdrop=0.0,
-                                           embd_pdrop=0.0, attn_pdrop=0.0, **common)),
-        "pythia-160m": GPTNeoXForCausalLM(GPTNeoXConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                                        intermediate_size=64, max_position_embeddings=L_T, **common)),
+        "gpt2": GPT2LMHeadModel(
+            GPT2Config(
+                n_embd=32,
+                n_layer=2,
+                n_head=4,
+                n_positions=L_T,
+                resid_pdrop=0.0,
+                embd_pdrop=0.0,
+                attn_pdrop=0.0,
+                **common,
+            )
+        ),
+        "pythia-160m": GPTNeoXForCausalLM(
+            GPTNeoXConfig(
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                intermediate_size=64,
+                max_position_embeddings=L_T,
+                **common,
+            )
+        ),
         "bloom-1b1": BloomForCausalLM(BloomConfig(hidden_size=32, n_layer=2, n_head=4, **common)),
     }
     out = {}
@@ -85,16 +112,30 @@ def models(tmp_path_factory) -> dict[str, str]:
 
 def overrides(models, corpus, tmp_path, model="gpt2", method="chunk-0.25", out="run", **extra) -> list[str]:
     files = ",".join(f"'{f}'" for f in corpus)
-    ov = [f"model={model}", f"model.path={models[model]}", f"model.l_tr={L_T}", f"method={method}", "l_e_factor=4",
-          "data.source=files", f"data.files=[{files}]", "data.test_percent=30", f"data.cache_dir={tmp_path / 'cache'}",
-          f"train.output_dir={tmp_path / out}", "train.progress=false", "train.batch_size=2", "train.save_every=0"]
+    ov = [
+        f"model={model}",
+        f"model.path={models[model]}",
+        f"model.l_tr={L_T}",
+        f"method={method}",
+        "l_e_factor=4",
+        "data.source=files",
+        f"data.files=[{files}]",
+        "data.test_percent=30",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        f"train.output_dir={tmp_path / out}",
+        "train.progress=false",
+        "train.batch_size=2",
+        "train.save_every=0",
+    ]
     return ov + [f"{k}={v}" for k, v in extra.items()]
 
 
 # ---- plan, schedule, data ---------------------------------------------------------------------------------
 def test_compute_equivalent_budgets():
-    plans = {m: make_plan(SegmentMethod.parse(m), 1024, 4096, pieces=64, batch_size=4, grad_accum=2)
-             for m in ("chunk-0.25", "prefix-0.5", "full")}
+    plans = {
+        m: make_plan(SegmentMethod.parse(m), 1024, 4096, pieces=64, batch_size=4, grad_accum=2)
+        for m in ("chunk-0.25", "prefix-0.5", "full")
+    }
     assert {p.tokens for p in plans.values()} == {64 * 4096}, "same token count for every method"
     assert plans["chunk-0.25"].epochs == 4.0 and plans["full"].epochs == 1.0  # eq. 2: L_e / L_t
     assert plans["chunk-0.25"].train_length == 1024 and plans["full"].train_length == 4096
@@ -144,8 +185,16 @@ def test_pieces_one_document_each_remainder_dropped(models, corpus, tmp_path):
 
 # ---- training ---------------------------------------------------------------------------------------------
 def test_a_few_steps_decrease_the_loss(models, corpus, tmp_path):
-    res = train(compose_train_config(overrides(models, corpus, tmp_path, **{
-        "train.max_steps": 16, "train.lr": 3e-3, "train.warmup_steps": 1, "train.batch_size": 4})))
+    res = train(
+        compose_train_config(
+            overrides(
+                models,
+                corpus,
+                tmp_path,
+                **{"train.max_steps": 16, "train.lr": 3e-3, "train.warmup_steps": 1, "train.batch_size": 4},
+            )
+        )
+    )
     losses = [r["loss"] for r in res.curve]
     assert len(losses) == 16 and res.final_dir is not None
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.3
@@ -157,24 +206,44 @@ def test_a_few_steps_decrease_the_loss(models, corpus, tmp_path):
 
 def test_kill_and_resume_is_exact(models, corpus, tmp_path):
     common = {"train.max_steps": 6, "train.save_every": 2, "train.grad_accum": 2, "train.lr": 1e-3}
-    full = train(compose_train_config(overrides(models, corpus, tmp_path, method="prefix-0.5", out="a", **common)))
+    full = train(
+        compose_train_config(overrides(models, corpus, tmp_path, method="prefix-0.5", out="a", **common))
+    )
     # "killed" after step 5: the newest checkpoint is step 4, step 5 is lost and redone
-    stopped = train(compose_train_config(overrides(models, corpus, tmp_path, method="prefix-0.5", out="b",
-                                                   **common, **{"train.stop_after_steps": 5})))
+    stopped = train(
+        compose_train_config(
+            overrides(
+                models,
+                corpus,
+                tmp_path,
+                method="prefix-0.5",
+                out="b",
+                **common,
+                **{"train.stop_after_steps": 5},
+            )
+        )
+    )
     assert stopped.step == 5 and stopped.final_dir is None
     assert [r["step"] for r in read_curve(tmp_path / "b")] == [1, 2, 3, 4, 5]
-    resumed = train(compose_train_config(overrides(models, corpus, tmp_path, method="prefix-0.5", out="b", **common)))
+    resumed = train(
+        compose_train_config(overrides(models, corpus, tmp_path, method="prefix-0.5", out="b", **common))
+    )
     assert resumed.resumed_from == 4 and resumed.step == 6
     assert [r["step"] for r in resumed.curve] == [1, 2, 3, 4, 5, 6], "the curve continues, no restart"
     assert [r["loss"] for r in resumed.curve] == [r["loss"] for r in full.curve]
-    wa, wb = load_file(full.final_dir / "model.safetensors"), load_file(resumed.final_dir / "model.safetensors")
+    wa, wb = (
+        load_file(full.final_dir / "model.safetensors"),
+        load_file(resumed.final_dir / "model.safetensors"),
+    )
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
     oa = torch.load(tmp_path / "a/checkpoints/step-0000006/optimizer.bin", weights_only=False)
     ob = torch.load(tmp_path / "b/checkpoints/step-0000006/optimizer.bin", weights_only=False)
     assert all(torch.equal(oa["state"][i]["exp_avg_sq"], ob["state"][i]["exp_avg_sq"]) for i in oa["state"])
     # a different configuration in the same directory is refused
-    with pytest.raises(RuntimeError, match="another configuration"):
-        train(compose_train_config(overrides(models, corpus, tmp_path, method="chunk-0.5", out="b", **common)))
+    with pytest.raises(FileExistsError, match="another configuration"):
+        train(
+            compose_train_config(overrides(models, corpus, tmp_path, method="chunk-0.5", out="b", **common))
+        )
 
 
 def test_other_families_train_and_evaluate(models, corpus, tmp_path):
@@ -184,10 +253,32 @@ def test_other_families_train_and_evaluate(models, corpus, tmp_path):
     from lengthx.cli import CONF_DIR, _register_resolvers
     from lengthx.tasks.segmented_ppl import run_task
 
-    bloom = train(compose_train_config(overrides(models, corpus, tmp_path, model="bloom-1b1", method="prefix-0.5",
-                                                 out="bloom", **{"train.max_steps": 3})))
-    neox = train(compose_train_config(overrides(models, corpus, tmp_path, model="pythia-160m", method="full",
-                                                out="neox", **{"train.max_steps": 2})))
+    bloom = train(
+        compose_train_config(
+            overrides(
+                models,
+                corpus,
+                tmp_path,
+                model="bloom-1b1",
+                method="prefix-0.5",
+                out="bloom",
+                **{"train.max_steps": 3},
+            )
+        )
+    )
+    neox = train(
+        compose_train_config(
+            overrides(
+                models,
+                corpus,
+                tmp_path,
+                model="pythia-160m",
+                method="full",
+                out="neox",
+                **{"train.max_steps": 2},
+            )
+        )
+    )
     assert bloom.final_dir and neox.final_dir
     assert json.loads((neox.final_dir / "config.json").read_text())["max_position_embeddings"] == 4 * L_T
 
@@ -198,15 +289,29 @@ def test_other_families_train_and_evaluate(models, corpus, tmp_path):
         files = ",".join(f"'{f}'" for f in corpus)
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-            cfg = compose(config_name="config", overrides=[
-                "task=segmented_ppl", f"model={model}", f"model.path={path}", f"model.l_tr={L_T}", "device=cpu",
-                f"results_dir={results}", "task.num_examples=3", "task.data.source=files", f"task.data.files=[{files}]",
-                "task.data.test_percent=30", f"task.data.cache_dir={tmp_path / 'cache'}"])
+            cfg = compose(
+                config_name="config",
+                overrides=[
+                    "task=segmented_ppl",
+                    f"model={model}",
+                    f"model.path={path}",
+                    f"model.l_tr={L_T}",
+                    "device=cpu",
+                    f"results_dir={results}",
+                    "task.num_examples=3",
+                    "task.data.source=files",
+                    f"task.data.files=[{files}]",
+                    "task.data.test_percent=30",
+                    f"task.data.cache_dir={tmp_path / 'cache'}",
+                ],
+            )
         return run_task(cfg)
 
     summary = evaluate("bloom-1b1", str(bloom.final_dir))
     assert [s["status"] for s in summary] == ["ok"] * 3
-    assert [s["cell"] for s in summary] == [f"bloom-1b1|prefix-0.5@4L_t|segmented_ppl|{s}" for s in ("L_t", "2L_t", "4L_t")]
+    assert [s["cell"] for s in summary] == [
+        f"bloom-1b1|prefix-0.5@4L_t|segmented_ppl|{s}" for s in ("L_t", "2L_t", "4L_t")
+    ]
     ootb = evaluate("gpt2", models["gpt2"])
     assert [s["cell"].split("|")[1] for s in ootb] == ["ootb"] * 3
     df = ResultsStore(results).read()
@@ -220,8 +325,16 @@ def test_other_families_train_and_evaluate(models, corpus, tmp_path):
 
 
 def test_cli_entry_and_fail_fast(models, corpus, tmp_path):
-    train_main(overrides(models, corpus, tmp_path, method="da", out="cli", **{"train.max_steps": 2, "label": "ootb",
-                                                                           "hydra.run.dir": tmp_path / "hydra"}))
+    train_main(
+        overrides(
+            models,
+            corpus,
+            tmp_path,
+            method="da",
+            out="cli",
+            **{"train.max_steps": 2, "label": "ootb", "hydra.run.dir": tmp_path / "hydra"},
+        )
+    )
     meta = json.loads((tmp_path / "cli/final/lengthx_train.json").read_text())
     assert meta["label"] == "ootb" and meta["l_e"] == L_T  # DA trains at L_t
     with pytest.raises(SystemExit) as exc:
@@ -231,16 +344,31 @@ def test_cli_entry_and_fail_fast(models, corpus, tmp_path):
         train(compose_train_config(["model=mini-t5"]))
 
 
-@pytest.mark.skipif(shutil.which("torchrun", path=os.path.dirname(sys.executable)) is None,
-                    reason="needs torch.distributed's launcher")
+@pytest.mark.skipif(
+    shutil.which("torchrun", path=os.path.dirname(sys.executable)) is None,
+    reason="needs torch.distributed's launcher",
+)
 def test_accelerate_launch_two_processes_matches_one(models, corpus, tmp_path):
-    """``accelerate launch --num_processes 2`` (gloo on CPU): same global batch, same loss curve as one process."""
+    """``accelerate launch --num_processes 2`` (gloo on CPU): same global batch and loss curve as one process."""
     accelerate = Path(sys.executable).with_name("accelerate")
     common = {"train.max_steps": 3, "train.grad_accum": 2, "hydra.run.dir": tmp_path / "hydra"}
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    cmd = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "lengthx.train_cli",
-           *overrides(models, corpus, tmp_path, out="ddp", **common, **{"train.batch_size": 1})]
+    cmd = [
+        str(accelerate),
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "-m",
+        "lengthx.train_cli",
+        *overrides(models, corpus, tmp_path, out="ddp", **common, **{"train.batch_size": 1}),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     single = train(compose_train_config(overrides(models, corpus, tmp_path, out="one", **common)))
@@ -249,3 +377,22 @@ def test_accelerate_launch_two_processes_matches_one(models, corpus, tmp_path):
     assert all(abs(a["loss"] - b["loss"]) < 1e-4 for a, b in zip(ddp, single.curve, strict=True))
     meta = json.loads((tmp_path / "ddp/final/lengthx_train.json").read_text())
     assert meta["world_size"] == 2
+
+
+def test_median_attention_past_l_t():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from lengthx.tasks.segmented_ppl import median_attention_past
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=64)).eval()
+    ids = torch.randint(0, 64, (2, 24))
+    med = median_attention_past(model, ids, 16)
+    assert med.shape == (2 * 4 * 2 * 8,) and torch.all((med > 0) & (med <= 1))
+    with torch.no_grad():  # zero queries and keys: uniform causal attention, median = 1/(q+1)
+        for block in model.transformer.h:
+            block.attn.c_attn.weight[:, :64] = 0
+            block.attn.c_attn.bias[:64] = 0
+    med = median_attention_past(model, ids, 16).view(2, 8, 2 * 4)  # (layer, query, batch·head)
+    expected = torch.tensor([1 / (q + 1) for q in range(16, 24)])
+    assert torch.allclose(med, expected[None, :, None].expand_as(med), atol=1e-6)

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
+from lengthx.attention.stats import softmax_stats_
 from lengthx.attention.temperature import ATTN_NAME, register
 
 if TYPE_CHECKING:
@@ -153,9 +154,8 @@ class RelativeBiasTable:
 
         Entry (h, r, c) is F[h, (q0 + r) + (L_k − k1) + c] = T[h, (k1 − 1 − c) − (q0 + r) + L_q − 1].
         """
-        h, width = flipped.shape
         return flipped.as_strided(
-            (h, q1 - q0, k1 - k0), (flipped.stride(0), 1, 1),
+            (flipped.shape[0], q1 - q0, k1 - k0), (flipped.stride(0), 1, 1),
             flipped.storage_offset() + q0 + self.key_length - k1,
         )
 
@@ -291,31 +291,27 @@ class RelativeBiasTable:
                 stats.add_logits(module, x, rv, kv, tau=tau, grid_hint=grid_hint)
             if mblk is not None:
                 x = x + mblk if grad else x.add_(mblk)
-            if stats is None:
-                if grad:
-                    p = torch.softmax(x.float(), -1).to(value_f.dtype)
-                    o = torch.matmul(F.dropout(p, p_drop, training=True) if p_drop else p, value_f)
-                    out[:, :, q0:q1] = o
-                    continue
-                m = x.amax(-1, keepdim=True)
-                x.sub_(m).exp_()
-                e, z = x, x.sum(-1)
-            else:
-                from lengthx.attention.stats import softmax_stats_
-
-                xs = x.float() if x.dtype != torch.float32 else x
-                e_out = None if grad or xs is not x else ebuf[: b * h * r * n].view(b, h, r, n)
-                if grad:
-                    xs = xs.clone()
-                e, z, pmax, entropy = softmax_stats_(xs, e_out)
-                row_pmax[:, :, q0:q1] = pmax
-                row_entropy[:, :, q0:q1] = entropy
+            xs = x if x.dtype == torch.float32 else x.float()  # softmax and statistics in fp32
+            if stats is not None:
                 if row_range is not None:
                     row_ok[:, q0:q1] = _rows_in(row_range, q0, q1, b, x.device)
                 else:
                     row_ok[:, q0:q1] = _validity_flipped(mblk, b, r, n, q0)[0]
-                e = e.to(value_f.dtype)
-                z = z.to(value_f.dtype)
+            if grad:  # autograd needs the scores intact: out-of-place softmax, statistics from a detached copy
+                if stats is not None:
+                    _, _, row_pmax[:, :, q0:q1], row_entropy[:, :, q0:q1] = softmax_stats_(xs.detach().clone())
+                p = torch.softmax(xs, -1).to(value_f.dtype)
+                p = F.dropout(p, p_drop, training=True) if p_drop else p
+                out[:, :, q0:q1] = torch.matmul(p, value_f)
+                continue
+            if stats is None:
+                m = xs.amax(-1, keepdim=True)
+                xs.sub_(m).exp_()
+                e, z = xs, xs.sum(-1)
+            else:
+                e_out = ebuf[: b * h * r * n].view(b, h, r, n) if xs is x else None
+                e, z, row_pmax[:, :, q0:q1], row_entropy[:, :, q0:q1] = softmax_stats_(xs, e_out)
+            e, z = e.to(value_f.dtype), z.to(value_f.dtype)
             if p_drop:
                 p = F.dropout(e / z[..., None], p_drop, training=True)
                 o = torch.bmm(p.reshape(b * h, r, n), v3)

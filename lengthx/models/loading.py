@@ -101,8 +101,14 @@ def _from_source(name: str, hub_id: str | None, path: str | None, loader: Any, *
     )
 
 
-def load_model(model_cfg: Any, device: str = "auto", dtype: str = "auto") -> LoadedModel:
-    """Load the model described by a ``conf/model`` entry (keys: name, hub_id, path, family, l_tr, large)."""
+def load_model(
+    model_cfg: Any, device: str = "auto", dtype: str = "auto", attention: Any | None = None
+) -> LoadedModel:
+    """Load the model described by a ``conf/model`` entry (keys: name, hub_id, path, family, l_tr, large).
+
+    ``attention`` (config ``attention``: efficient, min_length, backend) selects the memory-efficient T5
+    encoder attention of ``lengthx.attention.t5_efficient``; default ``auto`` (used above 2048 tokens).
+    """
     family = get_family(model_cfg.family)
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
@@ -117,4 +123,10 @@ def load_model(model_cfg: Any, device: str = "auto", dtype: str = "auto") -> Loa
     if "device_map" not in kwargs:
         model = model.to(dev)
     model.eval()
+    if family.name == "t5":
+        from lengthx.attention.t5_efficient import enable_efficient_t5
+
+        att = attention or {}
+        enable_efficient_t5(model, mode=att.get("efficient", "auto"), min_length=int(att.get("min_length", 2048)),
+                            backend=att.get("backend", "auto"))
     return LoadedModel(model_cfg.name, model, tokenizer, family, int(model_cfg.l_tr), dev)

@@ -13,6 +13,8 @@ out-of-the-box extension of §5.1), always from the checkpoint's own table. RoPE
 Method ids in results: a stock model is ``ootb``; a checkpoint written by ``lengthx train`` carries its
 training label (``lengthx_train.json``), suffixed ``@<β>L_t`` when it was trained to L_e = βL_t > L_t
 (``chunk-0.25@4L_t``), so Table 3's "chunk-0.25, 4L_t" cell is the 4L_t-trained model at 4L_t.
+``task.method_label=`` overrides the id. Paper B's OOTB models are the checkpoints after one epoch of domain
+adaptation (§4.3): ``lengthx train method=da label=ootb``; a stock model is also reported as ``ootb``.
 """
 
 from __future__ import annotations
@@ -93,9 +95,44 @@ def sequence_nll(model: torch.nn.Module, input_ids: torch.Tensor) -> tuple[torch
     for s in range(0, length - 1, LOGIT_BLOCK):
         e = min(length - 1, s + LOGIT_BLOCK)
         logits = head(hidden[:, s:e]).float()
-        ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), input_ids[:, s + 1:e + 1], reduction="none")
+        ce = torch.nn.functional.cross_entropy(
+            logits.transpose(1, 2), input_ids[:, s + 1 : e + 1], reduction="none"
+        )
         nll += ce.double().sum(-1)
     return nll, torch.full_like(nll, length - 1)
+
+
+@torch.no_grad()
+def median_attention_past(model: torch.nn.Module, input_ids: torch.Tensor, l_t: int) -> torch.Tensor:
+    """Figure 3's statistic: the median attention weight of every query at a position ≥ L_t.
+
+    For each layer, head, batch row and query q ≥ L_t, the median of its causal attention distribution over
+    keys 0…q (paper B §6: medians far below the mean 1/(q+1) mean a few keys take most of the weight; after
+    segmented training they rise and spread). Returns a flat float tensor, ready for a histogram. The model
+    runs once with eager attention (switched temporarily; attention probabilities are not exposed by SDPA).
+    """
+    before = getattr(model.config, "_attn_implementation", None)
+    switch = before not in (None, "eager") and hasattr(model, "set_attn_implementation")
+    if switch:
+        model.set_attn_implementation("eager")
+    try:
+        out = model(
+            input_ids=input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            output_attentions=True,
+            use_cache=False,
+        )
+    finally:
+        if switch:
+            model.set_attn_implementation(before)
+    medians = []
+    length = input_ids.shape[1]
+    for probs in out.attentions:  # (B, H, L, L)
+        for q in range(l_t, length):
+            medians.append(probs[:, :, q, : q + 1].float().median(dim=-1).values.reshape(-1))
+    if not medians:
+        raise ValueError(f"no query at a position ≥ L_t={l_t} in a sequence of {length} tokens")
+    return torch.cat(medians).cpu()
 
 
 @dataclass
@@ -147,12 +184,15 @@ class SegmentedPPLTask:
         """The first ``n`` (all when None) held-out ``length``-token sequences, in a fixed order."""
         from lengthx.training import piece_dataset
 
-        pieces = piece_dataset(self.cfg.data, tokenizer, str(self.cfg.get("split") or "test"), length,
-                               self.profile)
+        pieces = piece_dataset(
+            self.cfg.data, tokenizer, str(self.cfg.get("split") or "test"), length, self.profile
+        )
         count = len(pieces) if n is None else min(int(n), len(pieces))
         if count == 0:
-            raise ValueError(f"no held-out document is at least {length} tokens long; add data (data.files=…, "
-                             "data.max_docs) or evaluate shorter lengths (task.factors)")
+            raise ValueError(
+                f"no held-out document is at least {length} tokens long; add data (data.files=…, "
+                "data.max_docs) or evaluate shorter lengths (task.factors)"
+            )
         rows = pieces.select(range(count))
         return [(f"{r['doc_id']}#{int(r['piece'])}", r["input_ids"].long()) for r in rows]
 
@@ -161,8 +201,16 @@ def _token_hash(ids: torch.Tensor) -> str:
     return hashlib.sha256(ids.to(torch.int64).cpu().numpy().tobytes()).hexdigest()[:16]
 
 
-def score_cell(loaded: Any, task: SegmentedPPLTask, setting: Setting, store: Any, cell_key: str, n: int | None,
-               batch_size: int, lengths: LengthState) -> dict[str, Any]:
+def score_cell(
+    loaded: Any,
+    task: SegmentedPPLTask,
+    setting: Setting,
+    store: Any,
+    cell_key: str,
+    n: int | None,
+    batch_size: int,
+    lengths: LengthState,
+) -> dict[str, Any]:
     """Score one setting, resuming from (and appending to) the cell's records; returns metrics and counts."""
     note = lengths.set_length(loaded.model, setting.value)
     seqs = task.sequences(loaded.tokenizer, setting.value, n)
@@ -177,15 +225,24 @@ def score_cell(loaded: Any, task: SegmentedPPLTask, setting: Setting, store: Any
             todo.append((sid, ids))
     bar = tqdm(total=len(seqs), initial=len(results), desc=cell_key, unit="seq", leave=False)
     for i in range(0, len(todo), max(1, batch_size)):
-        chunk = todo[i:i + batch_size]
+        chunk = todo[i : i + batch_size]
         ids = torch.stack([t for _, t in chunk]).to(loaded.device)
         nll, cnt = sequence_nll(loaded.model, ids)
         for (sid, row), s, c in zip(chunk, nll.tolist(), cnt.tolist(), strict=True):
             results[sid] = (s, int(c))
-            store.append_record(cell_key, {
-                "id": sid, "prompt_hash": _token_hash(row), "target": None, "output": None,
-                "scores": {"nll": s, "tokens": int(c), "ppl": math.exp(s / c)},
-                "requested_tokens": setting.value, "actual_tokens": int(row.numel()), "meta": {"note": note}})
+            store.append_record(
+                cell_key,
+                {
+                    "id": sid,
+                    "prompt_hash": _token_hash(row),
+                    "target": None,
+                    "output": None,
+                    "scores": {"nll": s, "tokens": int(c), "ppl": math.exp(s / c)},
+                    "requested_tokens": setting.value,
+                    "actual_tokens": int(row.numel()),
+                    "meta": {"note": note},
+                },
+            )
         bar.update(len(chunk))
         ppls = [math.exp(s / c) for s, c in results.values()]
         bar.set_postfix(ppl=f"{sum(ppls) / len(ppls):.3f}")
@@ -209,14 +266,16 @@ def run_task(cfg: Any, loaded: Any = None) -> list[dict[str, Any]]:
     from lengthx.segmented_models import check_family
 
     if cfg.method.name != "none":
-        raise ValueError("task=segmented_ppl scores a model as it is: use method=none, and pick a trained "
-                         "checkpoint with model.path=DIR (its training method is read from lengthx_train.json)")
+        raise ValueError(
+            "task=segmented_ppl scores a model as it is: use method=none, and pick a trained "
+            "checkpoint with model.path=DIR (its training method is read from lengthx_train.json)"
+        )
     check_family(str(cfg.model.family))
     store = ResultsStore(Path(cfg.results_dir))
     profile = str(cfg.profile.name)
     task = SegmentedPPLTask(cfg.task, profile)
     l_t = int(cfg.task.get("l_t") or cfg.model.l_tr)
-    method = method_label(cfg.model, l_t)
+    method = str(cfg.task.get("method_label") or method_label(cfg.model, l_t))
     fingerprint = _checkpoint_fingerprint(cfg.model)
     n = cfg.task.get("num_examples") or cfg.profile.get("num_examples") or cfg.task.get("paper_num_examples")
     n = int(n) if n else None
@@ -230,20 +289,42 @@ def run_task(cfg: Any, loaded: Any = None) -> list[dict[str, Any]]:
             summary.append({"cell": key, "status": "done"})
             continue
         start = time.time()
-        base = {"paper": cfg.task.get("paper", "B"), "table": cfg.get("table") or cfg.task.get("table"),
-                "model": cfg.model.name, "method": method, "task": TASK_NAME, "setting": setting.label,
-                "L_tr": l_t, "L_req": setting.value, "L_ex": setting.value, "seed": cfg.task.get("seed", 0),
-                "cell": key, "config_hash": chash, "git_commit": git_commit(), "versions": versions(),
-                "timestamp": now()}
+        base = {
+            "paper": cfg.task.get("paper", "B"),
+            "table": cfg.get("table") or cfg.task.get("table"),
+            "model": cfg.model.name,
+            "method": method,
+            "task": TASK_NAME,
+            "setting": setting.label,
+            "L_tr": l_t,
+            "L_req": setting.value,
+            "L_ex": setting.value,
+            "seed": cfg.task.get("seed", 0),
+            "cell": key,
+            "config_hash": chash,
+            "git_commit": git_commit(),
+            "versions": versions(),
+            "timestamp": now(),
+        }
         try:
             if loaded is None:
                 loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
             if lengths is None:
                 lengths = LengthState.capture(loaded.model, str(cfg.model.family))
             res = score_cell(loaded, task, setting, store, key, n, int(cfg.get("batch_size") or 1), lengths)
-            rows = [{**base, "metric": m, "value": round(res[m], 4), "n": res["n"], "status": "ok",
-                     "message": res["note"], "device": str(loaded.device), "seconds": round(time.time() - start, 2)}
-                    for m in METRICS]
+            rows = [
+                {
+                    **base,
+                    "metric": m,
+                    "value": round(res[m], 4),
+                    "n": res["n"],
+                    "status": "ok",
+                    "message": res["note"],
+                    "device": str(loaded.device),
+                    "seconds": round(time.time() - start, 2),
+                }
+                for m in METRICS
+            ]
             status = "ok"
         except (torch.OutOfMemoryError, MemoryError) as err:
             rows, status = [_status_row(base, "oom", err, start)], "oom"
@@ -253,12 +334,21 @@ def run_task(cfg: Any, loaded: Any = None) -> list[dict[str, Any]]:
             log.error("cell %s failed: %s: %s (recorded as a status row)", key, type(err).__name__, err)
             rows, status = [_status_row(base, "error", err, start)], "error"
         store.append_rows(rows, key, chash)
-        summary.append({"cell": key, "status": status, **({"value": rows[0]["value"]} if status == "ok" else {})})
+        summary.append(
+            {"cell": key, "status": status, **({"value": rows[0]["value"]} if status == "ok" else {})}
+        )
         if status != "ok" and torch.cuda.is_available():
             torch.cuda.empty_cache()
     return summary
 
 
 def _status_row(base: dict[str, Any], status: str, err: BaseException, start: float) -> dict[str, Any]:
-    return {**base, "metric": METRICS[0], "value": "", "n": 0, "status": status,
-            "message": f"{type(err).__name__}: {err}"[:500], "seconds": round(time.time() - start, 2)}
+    return {
+        **base,
+        "metric": METRICS[0],
+        "value": "",
+        "n": 0,
+        "status": status,
+        "message": f"{type(err).__name__}: {err}"[:500],
+        "seconds": round(time.time() - start, 2),
+    }
