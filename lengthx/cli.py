@@ -1,4 +1,4 @@
-"""The ``lengthx`` command: run | calibrate | stats | tables | figures | ls (DESIGN §1, §11).
+"""The ``lengthx`` command: run | calibrate | train | stats | tables | figures | ls (DESIGN §1, §11).
 
 ``run`` and ``calibrate`` take Hydra overrides (``lengthx run task=passkey method=pmax``, ``-m`` sweeps,
 launchers); unknown config names fail before anything is loaded, with the valid names listed.
@@ -19,6 +19,7 @@ USAGE = """usage: lengthx <command> [args]
 commands:
   run [overrides]        run cells, e.g. lengthx run task=passkey method=pmax  (-m to sweep)
   calibrate [overrides]  Algorithm 1: print and cache τ per setting, e.g. lengthx calibrate method=pmax
+  train [overrides]      paper B continued pre-training, e.g. lengthx train model=gpt2 method=chunk-0.25 l_e_factor=4
   stats [overrides]      dispersal statistics at τ=1 per setting and at L_tr (paper A Tables 1, 7; Figures 1-2)
   tables [--format latex|markdown|both] [--results-dir DIR] [--out DIR] [--compare-paper]
   figures [--results-dir DIR] [--out DIR]   Figures 1, 2/5 and the temperature curves (PNG + PDF)
@@ -72,8 +73,13 @@ def _run(cfg) -> None:
     from lengthx.runner import Runner
 
     try:
-        summary = Runner(cfg).run()
-    except ModelNotAvailable as err:
+        if cfg.task.name == "segmented_ppl":  # paper B: perplexity of (continued-)pre-trained decoders
+            from lengthx.tasks.segmented_ppl import run_task
+
+            summary = run_task(cfg)
+        else:
+            summary = Runner(cfg).run()
+    except (ModelNotAvailable, ValueError) as err:
         print(f"lengthx: {err}", file=sys.stderr)
         sys.exit(2)
     for s in summary:
@@ -158,6 +164,10 @@ def main(argv: list[str] | None = None) -> None:
             _hydra_entry(_run, rest, "lengthx run")
         elif cmd == "calibrate":
             _hydra_entry(_calibrate, rest, "lengthx calibrate")
+        elif cmd == "train":  # paper B; validated against conf/train by train_main itself
+            from lengthx.train_cli import train_main
+
+            train_main(rest)
         elif cmd == "stats":
             _hydra_entry(_stats, rest, "lengthx stats")
         elif cmd == "tables":
@@ -171,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
         elif cmd == "ls":
             _ls()
         else:
-            raise UsageError(f"unknown command '{cmd}'. Valid commands: run, calibrate, stats, tables, figures, ls.")
+            raise UsageError(f"unknown command '{cmd}'. Valid commands: run, calibrate, train, stats, tables, figures, ls.")
     except UsageError as err:
         print(f"lengthx: {err}", file=sys.stderr)
         sys.exit(2)

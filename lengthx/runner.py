@@ -27,6 +27,8 @@ from lengthx.tasks import Example, Setting, build_task, resolve_settings
 log = logging.getLogger("lengthx")
 
 TEMPERATURE_METHODS = ("none", "fixed", "log", "pmax", "entropy", "prop1", "prop2")
+# methods a cell can run: temperatures, plus truncation (keep the last L_tr tokens; paper A Tables 6, 12-13)
+RUNNABLE_METHODS = (*TEMPERATURE_METHODS, "truncation")
 
 
 @dataclass
@@ -98,11 +100,11 @@ class Runner:
     def __init__(self, cfg: DictConfig, loaded: LoadedModel | None = None):
         self.cfg = cfg
         self.store = ResultsStore(Path(cfg.results_dir))
-        self.task = build_task(cfg.task)
+        self.task = build_task(cfg.task, cfg.profile.name)
         self.method = cfg.method
-        if self.method.name not in TEMPERATURE_METHODS:
-            raise ValueError(f"method {self.method.name!r} is not runnable yet; runnable: "
-                             f"{', '.join(TEMPERATURE_METHODS)}")
+        if self.method.name not in RUNNABLE_METHODS:
+            raise ValueError(f"method {self.method.name!r} is not runnable by lengthx run; runnable: "
+                             f"{', '.join(RUNNABLE_METHODS)}")
         self._loaded = loaded
 
     @property
@@ -157,7 +159,7 @@ class Runner:
         Per-layer alignment returns one τ per attention module."""
         name, l_tr = self.method.name, self.loaded.l_tr
         l_ex = sum(e.actual_tokens for e in examples) / len(examples)
-        if name == "none":
+        if name in ("none", "truncation"):
             return 1.0
         if name == "fixed":
             return float(self.method.tau)
@@ -214,9 +216,18 @@ class Runner:
         log.info("%s: τ=%s (%d forward passes)", cell.key, tau, info["forward_passes"])
         return tau, path, False
 
+    def cell_examples(self, setting: Setting) -> list[Example]:
+        """The evaluation examples of a cell; ``truncation`` keeps the last L_tr tokens of each prompt."""
+        examples = self.examples(setting)
+        if self.method.name == "truncation":
+            from lengthx.tasks.code_completion import CodeCompletionTask
+
+            examples = [CodeCompletionTask.truncated(e, self.loaded.tokenizer, self.loaded.l_tr) for e in examples]
+        return examples
+
     def run_cell(self, cell: Cell, chash: str) -> list[dict[str, Any]]:
         start = time.time()
-        examples = self.examples(cell.setting)
+        examples = self.cell_examples(cell.setting)
         tau = self.temperature(cell, examples)
         done = self.store.load_records(cell.key)
         modules = self.loaded.family.temperature_modules(self.loaded.model, self.method.scope) \
@@ -225,6 +236,7 @@ class Runner:
         set_temperature(modules, tau)
         scores: list[dict[str, float]] = []
         metric0 = self.task.metrics[0]
+        likelihood = getattr(self.task, "scoring", "generation") == "likelihood"
         bs = max(1, int(self.cfg.batch_size))
         try:
             bar = tqdm(total=len(examples), desc=cell.key, unit="ex", leave=False)
@@ -238,9 +250,13 @@ class Runner:
                     todo.append(ex)
             for i in range(0, len(todo), bs):
                 chunk = todo[i:i + bs]
-                outputs = generate(self.loaded, [e.prompt for e in chunk], self.task.max_new_tokens)
-                for ex, output in zip(chunk, outputs, strict=True):
-                    sc = self.task.score(output, ex)
+                if likelihood:  # LM perplexity (paper A Table 3): score the continuation, generate nothing
+                    outputs = [""] * len(chunk)
+                    chunk_scores = self.task.evaluate(self.loaded, chunk, batch_size=bs)
+                else:
+                    outputs = generate(self.loaded, [e.prompt for e in chunk], self.task.max_new_tokens)
+                    chunk_scores = [self.task.score(o, e) for o, e in zip(outputs, chunk, strict=True)]
+                for ex, output, sc in zip(chunk, outputs, chunk_scores, strict=True):
                     self.store.append_record(cell.key, {
                         "id": ex.id, "prompt_hash": ex.prompt_hash, "target": ex.target, "output": output,
                         "scores": sc, "tau": tau, "requested_tokens": ex.requested_tokens,

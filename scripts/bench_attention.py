@@ -1,4 +1,4 @@
-"""Benchmark of T5 encoder attention: stock eager, stock SDPA and lengthx's offset-table path (issue 3, DESIGN §9).
+"""Benchmark of T5 encoder attention: stock eager, stock SDPA, lengthx's offset-table path (DESIGN §9).
 
 A T5 encoder of 8 heads, 6 layers, d_model 512 (d_kv 64, d_ff 2048, random weights built from a config)
 runs one forward pass per variant and length, each variant in its own subprocess so that peak RSS is per
@@ -54,7 +54,8 @@ def _nominal_flops(lengths: list[int]) -> float:
     inner = c["num_heads"] * c["d_kv"]
     total = 0.0
     for n in lengths:
-        per_layer = 2 * n * c["d_model"] * inner * 4 + 2 * 2 * n * n * inner + 2 * 2 * n * c["d_model"] * c["d_ff"]
+        projections = 2 * n * c["d_model"] * inner * 4
+        per_layer = projections + 2 * 2 * n * n * inner + 2 * 2 * n * c["d_model"] * c["d_ff"]
         total += c["num_layers"] * per_layer
     return total
 
@@ -136,7 +137,9 @@ def _roofline(size: int = 4096, repeats: int = 5) -> float:
 # ---- parent: orchestrate, format ---------------------------------------------------------------------------
 
 
-def _run_variant(variant: str, length: int, repeats: int, threads: int, mem_limit: int, timeout: float) -> dict:
+def _run_variant(
+    variant: str, length: int, repeats: int, threads: int, mem_limit: int, timeout: float
+) -> dict:
     cmd = [sys.executable, __file__, "--child", variant, str(length), "--repeats", str(repeats),
            "--threads", str(threads)]
 
@@ -181,14 +184,14 @@ def render(results: dict, lengths: list[int], roof: float, meta: dict) -> str:
     """The Markdown report: one table per length, ratios against stock SDPA on the same input."""
     out = ["# T5 encoder attention benchmark (lengthx, issue 3)", "",
            f"T5 encoder, 6 layers, 8 heads, d_model 512, d_ff 2048, fp32, random weights; {meta['machine']}; "
-           f"{meta['threads']} thread(s); torch {meta['torch']}, transformers {meta['transformers']}. One process "
-           f"per cell, run side by side; time = {meta['clock']} of one forward after a warm-up, best of "
-           f"{meta['rounds']} interleaved round(s); peak RSS = the process's "
+           f"{meta['threads']} thread(s); torch {meta['torch']}, transformers {meta['transformers']}. "
+           f"One process per cell, run side by side; time = {meta['clock']} of one forward after a warm-up, "
+           f"best of {meta['rounds']} interleaved round(s); peak RSS = the process's "
            f"maximum resident set (includes ~{meta['base']:.2f} GiB of interpreter, libraries and weights). "
            f"Address space capped at {meta['limit_gib']:.0f} GiB per process: OOM = allocation refused.",
-           "", f"Practical roofline: {roof:.1f} GFLOP/s (4096² fp32 matmul). GFLOP/s below = nominal dense FLOPs "
-           "of the forward (projections, QKᵀ, PV, feed-forward) / time; padded variants run a batch of two "
-           "(L and 3L/4 tokens) and are compared with stock SDPA on the same batch.", ""]
+           "", f"Practical roofline: {roof:.1f} GFLOP/s (4096² fp32 matmul). GFLOP/s below = nominal "
+           "dense FLOPs of the forward (projections, QKᵀ, PV, feed-forward) / time; padded variants run a "
+           "batch of two (L and 3L/4 tokens) and are compared with stock SDPA on the same batch.", ""]
     for n in lengths:
         out += [f"## L = {n}", "", "| variant | time s (vs sdpa) | wall s | peak RSS GiB (vs sdpa) | GFLOP/s "
                 "| % roofline |", "|---|---|---|---|---|---|"]
@@ -260,12 +263,14 @@ def main(argv: list[str] | None = None) -> int:
                 t0 = time.perf_counter()
                 res = _run_variant(v, n, args.repeats, args.threads, mem_limit, args.timeout)
                 if prev is not None and res.get("status") == "ok":
-                    res = dict(res, seconds=min(res["seconds"], prev["seconds"]), wall=min(res["wall"], prev["wall"]),
+                    res = dict(res, seconds=min(res["seconds"], prev["seconds"]),
+                               wall=min(res["wall"], prev["wall"]),
                                peak_gib=max(res["peak_gib"], prev["peak_gib"]))
                 results[(v, n)] = res
-                print(f"L={n:6d} {v:15s} {res.get('status'):8s} "
-                      f"time={res.get('seconds', float('nan')):8.2f}s peak={res.get('peak_gib', float('nan')):6.2f}GiB "
-                      f"(wall {time.perf_counter() - t0:.0f}s) {res.get('error', '')}", file=sys.stderr, flush=True)
+                nan = float("nan")
+                print(f"L={n:6d} {v:15s} {res.get('status'):8s} time={res.get('seconds', nan):8.2f}s "
+                      f"peak={res.get('peak_gib', nan):6.2f}GiB (wall {time.perf_counter() - t0:.0f}s) "
+                      f"{res.get('error', '')}", file=sys.stderr, flush=True)
     bases = [r["base_gib"] for r in results.values() if r.get("status") == "ok"]
     single = torch.get_num_threads() == 1
     meta = dict(machine=f"{platform.machine()} CPU, {os.cpu_count()} cores", threads=torch.get_num_threads(),

@@ -22,16 +22,18 @@ from lengthx.models.families import get_family
 TOL = 1e-4
 
 
-def _batch(length: int, padded: bool, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Three sequences of ``length`` tokens; padded: one right-padded, one left-padded, one full."""
+def _batch(
+    length: int, padded: bool, seed: int = 0, size: int = 3
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``size`` sequences of ``length`` tokens; padded: the first right-padded, the second left-padded."""
     g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, 64, (3, length), generator=g)
-    mask = torch.ones(3, length, dtype=torch.long)
+    ids = torch.randint(3, 64, (size, length), generator=g)
+    mask = torch.ones(size, length, dtype=torch.long)
     if padded:
         mask[0, length - length // 3:] = 0
         mask[1, : length // 5] = 0
         ids[mask == 0] = 0
-    return ids, mask, torch.randint(3, 64, (3, 5), generator=g)
+    return ids, mask, torch.randint(3, 64, (size, 5), generator=g)
 
 
 def _logits(model, ids, mask, dec) -> torch.Tensor:
@@ -63,7 +65,7 @@ def test_offset_table_matches_stock_bias():
 @pytest.mark.parametrize("length", [100, 700, 1500])
 @pytest.mark.parametrize("padded", [False, True])
 def test_logits_match_stock(stock_models, length, padded):
-    ids, mask, dec = _batch(length, padded)
+    ids, mask, dec = _batch(length, padded, size=3 if length < 1000 else 2)
     refs = {name: _logits(m, ids, mask, dec) for name, m in stock_models.items()}
     for backend in ("sdpa", "explicit"):
         model = tiny_t5()
@@ -166,7 +168,7 @@ def test_memory_bounded_no_full_bias(backend, padded, stats):
         else:
             model.encoder(input_ids=ids[:2], attention_mask=mask[:2] if padded else None)
     biggest = max(evt.cpu_memory_usage for evt in prof.events())
-    assert biggest <= max(BLOCK_ELEMENTS * 4 * 2, 4 * 2**20) < full_bias, (biggest, full_bias)
+    assert biggest <= BLOCK_ELEMENTS * 4 < full_bias / 4, (biggest, full_bias)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention path runs on CUDA only")

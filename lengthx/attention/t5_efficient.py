@@ -29,7 +29,8 @@ Hook (transformers 5.23): :func:`enable_efficient_t5` patches ``compute_bias`` o
 it returns a :class:`RelativeBiasTable` instead of the (1, H, L, L) tensor; that object travels through
 T5's ``position_bias`` argument to every encoder layer, and the one registered attention function
 (``lengthx.attention.temperature.temperature_attention``, name "lengthx") hands such calls to
-:meth:`RelativeBiasTable.attend`. The decoder's biases stay tensors, so decoder attention keeps the stock path.
+:meth:`RelativeBiasTable.attend`. The decoder's biases stay tensors, so decoder attention keeps the stock
+path.
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ class EfficientT5Settings:
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
-            raise ValueError(f"unknown attention.efficient mode {self.mode!r}; valid modes: {', '.join(MODES)}")
+            raise ValueError(f"unknown attention.efficient mode {self.mode!r}; "
+                             f"valid modes: {', '.join(MODES)}")
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown efficient attention backend {self.backend!r}; "
                              f"valid backends: {', '.join(BACKENDS)}")
@@ -93,7 +95,7 @@ def relative_bias_table(
     device: torch.device | None = None,
     past_seen_tokens: int = 0,
 ) -> torch.Tensor:
-    """The (H, L_q + L_k − 1) bias of every relative offset d = key − query, d ascending from −(L_q − 1) − past.
+    """The (H, L_q + L_k − 1) bias of each relative offset d = key − query, ascending from −(L_q − 1) − past.
 
     Each offset is bucketed once with T5's own bucket function and looked up once in block 0's embedding,
     so entry [h, j − i + L_q − 1] equals stock ``compute_bias(L_q, L_k)[0, h, i, j]`` exactly.
@@ -123,7 +125,8 @@ class RelativeBiasTable:
 
     def __init__(self, table: torch.Tensor, query_length: int, key_length: int, backend: str = "auto"):
         if table.shape[-1] != query_length + key_length - 1:
-            raise ValueError(f"offset table of width {table.shape[-1]} does not fit {query_length}x{key_length}")
+            raise ValueError(f"offset table of width {table.shape[-1]} does not fit "
+                             f"{query_length}x{key_length}")
         self.table = table
         self.query_length = query_length
         self.key_length = key_length
@@ -188,9 +191,6 @@ class RelativeBiasTable:
             backend = "flex" if query.is_cuda and _flex_available() else "sdpa"
         if stats is not None:
             backend = "explicit"
-        flipped = self.flipped(tau, query.dtype, query.device)
-        ranges = _key_ranges(attention_mask, b, k_len)
-
         if backend == "flex" and p_drop == 0.0:
             keep = _key_keep(attention_mask, b, k_len)
             if keep is not None or attention_mask is None:
@@ -203,6 +203,8 @@ class RelativeBiasTable:
                     log.warning("FlexAttention failed (%s); falling back to the blockwise path", err)
             backend = "explicit"
 
+        flipped = self.flipped(tau, query.dtype, query.device)
+        ranges = _key_ranges(attention_mask, b, k_len)
         key_f = key.flip(2).contiguous()
         value_f = value.flip(2).contiguous()
         out = torch.empty(b, h, q_len, value.shape[-1], dtype=query.dtype, device=query.device)
@@ -215,14 +217,17 @@ class RelativeBiasTable:
         for i, rng in enumerate(ranges):
             groups.setdefault(rng, []).append(i)
         for (k0, k1), members in sorted(groups.items(), key=lambda kv: kv[0][0] - kv[0][1]):  # longest first
-            sel = slice(members[0], members[-1] + 1) if members == list(range(members[0], members[-1] + 1)) \
-                else torch.tensor(members, device=query.device)
-            q_g, k_g, v_g = query[sel], key_f[sel][:, :, k_len - k1:k_len - k0], value_f[sel][:, :, k_len - k1:k_len - k0]
+            contiguous = members == list(range(members[0], members[-1] + 1))
+            sel = (slice(members[0], members[-1] + 1) if contiguous
+                   else torch.tensor(members, device=query.device))
+            keys = slice(k_len - k1, k_len - k0)  # original keys [k0, k1) in the reversed order
+            q_g, k_g, v_g = query[sel], key_f[sel][:, :, keys], value_f[sel][:, :, keys]
             if backend == "sdpa":
                 bias = self.view(flipped, 0, q_len, k0, k1)[None]
-                o_g = F.scaled_dot_product_attention(q_g, k_g, v_g, attn_mask=bias, dropout_p=p_drop, scale=scale)
+                o_g = F.scaled_dot_product_attention(q_g, k_g, v_g, attn_mask=bias, dropout_p=p_drop,
+                                                     scale=scale)
             else:
-                o_g = torch.empty(q_g.shape[0], h, q_len, v_g.shape[-1], dtype=query.dtype, device=query.device)
+                o_g = query.new_empty(q_g.shape[0], h, q_len, v_g.shape[-1])
                 self._explicit(module, q_g, k_g, v_g, flipped, k0, k1, None, scale, tau, p_drop, stats, o_g,
                                row_range=(k0, k1), grid_hint=max(e - s for s, e in ranges))
             if isinstance(sel, slice):
@@ -259,12 +264,15 @@ class RelativeBiasTable:
         n = k1 - k0
         rows = min(q_len, max(MIN_BLOCK_ROWS, BLOCK_ELEMENTS // max(1, b * h * n)))
         want_logits = stats is not None and stats.wants_logits(module)
-        grad = torch.is_grad_enabled() and (query.requires_grad or key_f.requires_grad or flipped.requires_grad)
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key_f, value_f, flipped))
         buf = None if grad else torch.empty(b * h * rows * n, dtype=query.dtype, device=query.device)
         ebuf = None if grad or stats is None else torch.empty_like(buf)
         k3 = key_f.reshape(b * h, n, d).transpose(1, 2)
         v3 = value_f.reshape(b * h, n, value_f.shape[-1])
-        add_mask = _flip_keys(_to_additive_keys(mask, query.dtype)) if mask is not None else None
+        # additive mask in reversed key order: once when it does not vary over queries, else block by block
+        mask_once = None
+        if mask is not None and _query_independent(mask):
+            mask_once = _to_additive(mask[:, :, :1], query.dtype).flip(-1)
         if stats is not None:  # per-row statistics of this call, handed to the collector once at the end
             row_pmax = torch.empty(b, h, q_len, dtype=torch.float32, device=query.device)
             row_entropy = torch.empty_like(row_pmax)
@@ -279,9 +287,9 @@ class RelativeBiasTable:
             else:
                 x = torch.bmm(q3, k3, out=buf[: b * h * r * n].view(b * h, r, n)).view(b, h, r, n)
                 x.add_(bias)
-            mblk = None
-            if add_mask is not None:
-                mblk = add_mask if add_mask.shape[-2] == 1 else add_mask[:, :, q0:q1]
+            mblk = mask_once
+            if mask is not None and mblk is None:
+                mblk = _to_additive(mask[:, :, q0:q1], query.dtype).flip(-1)
             if want_logits:
                 if row_range is not None:
                     rv = _rows_in(row_range, q0, q1, b, x.device)
@@ -297,9 +305,10 @@ class RelativeBiasTable:
                     row_ok[:, q0:q1] = _rows_in(row_range, q0, q1, b, x.device)
                 else:
                     row_ok[:, q0:q1] = _validity_flipped(mblk, b, r, n, q0)[0]
-            if grad:  # autograd needs the scores intact: out-of-place softmax, statistics from a detached copy
+            if grad:  # autograd needs the scores intact: out-of-place softmax, statistics from a copy
                 if stats is not None:
-                    _, _, row_pmax[:, :, q0:q1], row_entropy[:, :, q0:q1] = softmax_stats_(xs.detach().clone())
+                    _, _, pmax, entropy = softmax_stats_(xs.detach().clone())
+                    row_pmax[:, :, q0:q1], row_entropy[:, :, q0:q1] = pmax, entropy
                 p = torch.softmax(xs, -1).to(value_f.dtype)
                 p = F.dropout(p, p_drop, training=True) if p_drop else p
                 out[:, :, q0:q1] = torch.matmul(p, value_f)
@@ -322,14 +331,21 @@ class RelativeBiasTable:
             stats.add_rows(module, row_pmax, row_entropy, row_ok)
 
 
-# ---- masks ---------------------------------------------------------------------------------------------------
+# ---- masks -------------------------------------------------------------------------------------------
+
+
+def _query_independent(mask: torch.Tensor) -> bool:
+    """Whether a (B, 1, L_q, L_k) mask is the same for every query (a padding mask)."""
+    if mask.dim() != 4 or mask.shape[1] != 1:
+        return False
+    if mask.shape[-2] == 1 or mask.stride(-2) == 0:
+        return True
+    return bool(torch.equal(mask, mask[:, :, :1].expand_as(mask)))  # a materialised padding mask
 
 
 def _key_keep(mask: torch.Tensor | None, batch: int, k_len: int) -> torch.Tensor | None:
     """(B, L_k) boolean keep-vector of a query-independent mask; None without a mask or when rows differ."""
-    if mask is None:
-        return None
-    if mask.dim() != 4 or mask.shape[1] != 1 or not (mask.shape[-2] == 1 or mask.stride(-2) == 0):
+    if mask is None or not _query_independent(mask):
         return None
     row = mask[:, 0, 0, :]
     keep = row if row.dtype == torch.bool else row > torch.finfo(row.dtype).min / 2
@@ -357,18 +373,12 @@ def _key_ranges(mask: torch.Tensor | None, batch: int, k_len: int) -> list[tuple
     return [(int(f), int(e) + 1) for f, e in zip(first.tolist(), last.tolist(), strict=True)]
 
 
-def _to_additive_keys(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Boolean keep-mask → additive float mask, reduced to (B, 1, 1, L_k) when it does not vary over queries."""
-    if mask.shape[-2] > 1 and mask.stride(-2) == 0:
-        mask = mask[:, :, :1]
+def _to_additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Boolean keep-mask → additive float mask (masked = dtype's minimum); float masks are cast."""
     if mask.dtype != torch.bool:
         return mask.to(dtype)
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
-
-
-def _flip_keys(mask: torch.Tensor) -> torch.Tensor:
-    """The mask in the reversed key order of the explicit path (a copy of its size, at most (B, 1, L_q, L_k))."""
-    return mask.flip(-1)
+    out = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    return out.masked_fill_(~mask, torch.finfo(dtype).min)
 
 
 def _rows_in(rng: tuple[int, int], q0: int, q1: int, batch: int, device: torch.device) -> torch.Tensor:
@@ -437,7 +447,8 @@ def _flex_attend(
         def mask_mod(b, h, q_idx, kv_idx):  # noqa: ANN001, ANN202
             return keep_d[b, kv_idx]
 
-        block_mask = create_block_mask(mask_mod, query.shape[0], None, q_len, key.shape[-2], device=query.device)
+        block_mask = create_block_mask(mask_mod, query.shape[0], None, q_len, key.shape[-2],
+                                       device=query.device)
     return _FLEX["fn"](query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scaling)
 
 
@@ -448,7 +459,8 @@ def _encoder_block0_attention(model: torch.nn.Module) -> torch.nn.Module:
     stack = getattr(model, "encoder", model)
     blocks = getattr(stack, "block", None)
     if blocks is None or getattr(stack, "is_decoder", False):
-        raise ValueError(f"efficient T5 attention needs a T5 model with an encoder; got {type(model).__name__}")
+        raise ValueError(f"efficient T5 attention needs a T5 model with an encoder; "
+                         f"got {type(model).__name__}")
     attn = blocks[0].layer[0].SelfAttention
     if not getattr(attn, "has_relative_attention_bias", False):
         raise ValueError("encoder block 0 has no relative attention bias; is this a T5 model?")

@@ -15,7 +15,7 @@ statistics semantics.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -74,8 +74,8 @@ def temperature_attention(
     tau = float(getattr(module, TAU_ATTR, 1.0))
     stats: AttentionStats | None = getattr(module, STATS_ATTR, None)
     if getattr(position_bias, "lengthx_efficient", False):  # T5 offset table (lengthx.attention.t5_efficient)
-        out = position_bias.attend(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
-                                   tau=tau, stats=stats)
+        out = position_bias.attend(module, query, key, value, attention_mask, scaling=scaling,
+                                   dropout=dropout, tau=tau, stats=stats)
         return out, None
     if tau == 1.0 and stats is None:
         return sdpa_attention_forward(
@@ -106,7 +106,8 @@ def temperature_attention(
         if want_logits:  # raw logits l, before τ and mask (average logit vector, DESIGN §5)
             from lengthx.attention.stats import validity_from_mask
 
-            row_valid, key_valid = validity_from_mask(block_mask, scores.shape[0], q1 - q0, k_len, k_len - q_len + q0)
+            row_valid, key_valid = validity_from_mask(block_mask, scores.shape[0], q1 - q0, k_len,
+                                                      k_len - q_len + q0)
             stats.add_logits(module, scores, row_valid, key_valid, tau=1.0)
         scores = scores / tau
         if block_mask is not None:
@@ -125,7 +126,7 @@ def lengthx_mask(
     kv_length: int,
     q_offset: int = 0,
     kv_offset: int = 0,
-    mask_function=None,  # noqa: ANN001 - transformers' mask-function callable
+    mask_function: Callable | None = None,
     attention_mask: torch.Tensor | None = None,
     **kwargs,
 ) -> torch.Tensor | None:
@@ -136,9 +137,11 @@ def lengthx_mask(
         return sdpa_mask(batch_size, q_length, kv_length, q_offset, kv_offset,
                          attention_mask=attention_mask, **kwargs)
     if mask_function is bidirectional_mask_function and q_length > 1 and not kwargs.get("use_vmap", False):
-        mask = sdpa_mask(batch_size, 1, kv_length, q_offset, kv_offset, mask_function, attention_mask, **kwargs)
+        mask = sdpa_mask(batch_size, 1, kv_length, q_offset, kv_offset, mask_function, attention_mask,
+                         **kwargs)
         return None if mask is None else mask.expand(mask.shape[0], mask.shape[1], q_length, kv_length)
-    return sdpa_mask(batch_size, q_length, kv_length, q_offset, kv_offset, mask_function, attention_mask, **kwargs)
+    return sdpa_mask(batch_size, q_length, kv_length, q_offset, kv_offset, mask_function, attention_mask,
+                     **kwargs)
 
 
 def register() -> None:

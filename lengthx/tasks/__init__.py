@@ -24,13 +24,15 @@ TASKS: dict[str, type] = {
 }
 
 
-def build_task(task_cfg: Any) -> Any:
-    """The task object named by ``task_cfg.name``, with its generation length."""
+def build_task(task_cfg: Any, profile: str = "mini") -> Any:
+    """The task object named by ``task_cfg.name``, configured from its config and the profile."""
     try:
         cls = TASKS[task_cfg.name]
     except KeyError:
         raise ValueError(f"task {task_cfg.name!r} has a config but no implementation yet; "
                          f"implemented tasks: {', '.join(TASKS)}") from None
+    if hasattr(cls, "from_config"):
+        return cls.from_config(task_cfg, profile=profile)
     return cls(max_new_tokens=int(task_cfg.max_new_tokens))
 
 
