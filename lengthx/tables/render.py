@@ -1,0 +1,270 @@
+"""Render table specs from the results CSV to booktabs LaTeX and Markdown (DESIGN §7).
+
+Models are row groups, methods are rows (the model's own row first), columns are (task, setting, metric);
+missing cells stay empty and are listed. ``--compare-paper`` puts the published number beside ours,
+matched by the model's ``paper_role`` (mini models) or display name, the row's method and the column's
+position in the paper's CSV.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from omegaconf import OmegaConf
+
+from lengthx.results import ResultsStore
+from lengthx.tables.spec import METHOD_LABELS, PAPER_ROW_METHODS, Column, Row, TableSpec
+
+PAPER_DIR = Path(os.environ.get("LENGTHX_PAPER_DIR",
+                                Path(__file__).resolve().parents[3] / "shared" / "paper"))
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+Published = list[tuple[str, str, list[str]]]
+
+
+def model_info() -> dict[str, dict[str, str]]:
+    """Display name, paper role and PE of every configured model."""
+    out = {}
+    for path in sorted((CONF_DIR / "model").glob("*.yaml")):
+        raw = OmegaConf.load(path)
+        out[str(raw.name)] = {"display": str(raw.get("display") or raw.name),
+                              "paper_role": str(raw.get("paper_role") or raw.get("display") or raw.name),
+                              "pe": str(raw.get("pe", "")),
+                              "paper_b_role": str(raw.get("paper_b_role") or raw.get("display") or raw.name)}
+    return out
+
+
+def latest_ok(df: pd.DataFrame) -> pd.DataFrame:
+    """The newest ``ok`` row per (model, method, task, setting, metric)."""
+    if df.empty:
+        return df
+    ok = df[df["status"] == "ok"].copy()
+    ok["value"] = pd.to_numeric(ok["value"], errors="coerce")
+    ok = ok.sort_values("timestamp")
+    return ok.drop_duplicates(["model", "method", "task", "setting", "metric"], keep="last")
+
+
+def read_paper_table(spec: TableSpec) -> Published:
+    """Published rows of ``spec`` as (row group, row label, values aligned with the spec's columns)."""
+    out: Published = [(m, me, list(v)) for m, me, v in spec.paper_values]
+    if spec.paper_csv is None or not (PAPER_DIR / spec.paper_csv).exists():
+        return out
+    with open(PAPER_DIR / spec.paper_csv, encoding="utf-8") as fh:
+        rows = list(csv.reader(fh))
+    if spec.paper_key == "pe":  # paper B Tables 3-5: tidy rows (pe, method, values…)
+        return out + [(r[0], r[1].lower(), r[2:]) for r in rows[1:]]
+    if spec.paper_key == "model_b":  # paper B Table 2: (model, value)
+        return out + [(r[0], "ootb", r[1:]) for r in rows[1:]]
+    group = ""
+    for row in rows[spec.paper_header_rows:]:
+        label, values = row[0], row[1:]
+        if label in PAPER_ROW_METHODS or label.startswith("w/"):
+            out.append((group, PAPER_ROW_METHODS.get(label, label), values))
+        elif all(v in (label, "") for v in values):
+            group = label  # a model header row with no numbers
+        else:
+            group = label
+            out.append((group, "none", values))
+    return out
+
+
+def paper_values(published: Published, role: str, method: str, row: Row | None) -> list[str]:
+    """The published values for one of our rows (model ``role``, ``method`` or an explicit ``row``)."""
+    for group, key, values in published:
+        if row is not None and group == row.paper_label and key == "none":  # a criteria row (Tables 1, 7)
+            return values
+        if row is None and group == role and key == method:
+            return values
+    if row is None and method == "log":  # the paper gives the log row once, after its last model
+        return next((v for _, k, v in published if k == "log"), [])
+    return []
+
+
+@dataclass
+class Rendered:
+    latex: str
+    markdown: str
+    missing: list[str]
+
+
+def _fmt(spec: TableSpec, v: float | None, signed: bool = False) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if spec.overflow is not None and v > spec.overflow:
+        return ">1k" if spec.overflow == 1000 else f">{spec.overflow:g}"
+    digits = 0 if spec.sig_digits_above is not None and abs(v) >= spec.sig_digits_above else spec.digits
+    return f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
+
+
+def _value(index: dict, spec: TableSpec, model: str, method: str, col: Column, metric: str) -> float | None:
+    def one(setting: str) -> float | None:
+        if spec.method_at_setting and (model, f"{method}@{setting}", col.task, setting, metric) in index:
+            return index[(model, f"{method}@{setting}", col.task, setting, metric)]
+        return index.get((model, method, col.task, setting, metric))
+
+    if col.average_of:
+        parts = [one(s) for s in col.average_of]
+        return sum(parts) / len(parts) if all(p is not None for p in parts) else None
+    return one(col.setting)
+
+
+def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False) -> Rendered:
+    """Render ``spec`` from results rows (both formats), listing missing cells."""
+    ok = latest_ok(df)
+    info = model_info()
+    index = {(r.model, r.method, r.task, str(r.setting), r.metric): r.value for r in ok.itertuples()}
+    present = {m for (m, _, t, _, _) in index if t in spec.tasks}
+    models = [m for m in spec.models if m in present] if spec.models else sorted(present)
+    metrics = {c.metric for c in spec.columns}
+    extra = sorted({me.split("@")[0] for (m, me, t, _, mt) in index
+                    if t in spec.tasks and mt in metrics and me != "stats"} - set(spec.methods))
+    published = read_paper_table(spec) if compare_paper else []
+    body: list[tuple[str, list[str], bool]] = []  # (label, cells, is_model_row)
+    missing: list[str] = []
+    for model in models:
+        meta = info.get(model, {})
+        role = {"pe": meta.get("pe", ""), "model_b": meta.get("paper_b_role", model)}.get(
+            spec.paper_key, meta.get("paper_role", model))
+        display = meta.get("display", model)
+        plan: list[tuple[str, str | None, Row | None]] = (
+            [(r.method, r.metric, r) for r in spec.rows] if spec.rows
+            else [(m, None, None) for m in spec.methods + tuple(extra)])
+        first_is_model = not spec.rows and spec.methods[0] == "none"
+        if not first_is_model:
+            body.append((display, [""] * (len(spec.columns) + spec.avg), True))
+        group_rows: list[tuple[int, list[float | None]]] = []
+        values_by_method: dict[str, list[float | None]] = {}
+        for method, metric, row in plan:
+            vals = [_value(index, spec, model, method, c, metric or c.metric) for c in spec.columns]
+            for task in dict.fromkeys(c.task for c in spec.columns):
+                gaps = [c.title for c, v in zip(spec.columns, vals, strict=True)
+                        if v is None and c.task == task and not c.average_of]
+                if gaps:
+                    missing.append(f"{model} / {row.label if row else method} / {task}: {', '.join(gaps)}")
+            if spec.avg:
+                vals.append(sum(vals) / len(vals) if all(v is not None for v in vals) else None)
+            values_by_method[method] = vals
+            if row is not None:
+                label, is_model = row.label, False
+            else:
+                is_model = first_is_model and method == spec.methods[0]
+                label = display if is_model else METHOD_LABELS.get(method, f"w/ {method}")
+            group_rows.append((len(body), vals))
+            body.append((label, _cells(spec, vals, published, role, method, row, compare_paper), is_model))
+            if spec.improvement and method == spec.improvement[0] and spec.improvement[1] in values_by_method:
+                base = values_by_method[spec.improvement[1]]
+                diff = [a - b if a is not None and b is not None else None for a, b in zip(vals, base, strict=True)]
+                cells = [_fmt(spec, d, signed=True) for d in diff]
+                if compare_paper:
+                    pub = paper_values(published, role, "improvement", None)
+                    cells = [f"{c or '–'} ({pub[i]})" if i < len(pub) and pub[i] else c for i, c in enumerate(cells)]
+                body.append(("Improvement", cells, False))
+        _bold_best(spec, body, group_rows)
+    headers = [c.title for c in spec.columns] + (["Avg."] if spec.avg else [])
+    groups: list[tuple[str, int]] = []
+    for c in spec.columns:
+        if groups and groups[-1][0] == c.group:
+            groups[-1] = (c.group, groups[-1][1] + 1)
+        else:
+            groups.append((c.group, 1))
+    return Rendered(_latex(spec, groups, headers, body), _markdown(spec, groups, headers, body), missing)
+
+
+def _cells(spec: TableSpec, vals: list[float | None], published: Published, role: str, method: str,
+           row: Row | None, compare_paper: bool) -> list[str]:
+    cells = [_fmt(spec, v) for v in vals]
+    if compare_paper:
+        pub = paper_values(published, role, method, row)
+        cells = [f"{c or '–'} ({pub[i]})" if i < len(pub) and pub[i] else c for i, c in enumerate(cells)]
+    return cells
+
+
+def _bold_best(spec: TableSpec, body: list, group_rows: list[tuple[int, list[float | None]]]) -> None:
+    """Mark the best value of each ``bold`` column within a model group (``**…**``, ``\\textbf`` in LaTeX)."""
+    headers = [c.title for c in spec.columns] + (["Avg."] if spec.avg else [])
+    for j, h in enumerate(headers):
+        if h not in spec.bold:
+            continue
+        cand = [(vals[j], i) for i, vals in group_rows if vals[j] is not None]
+        if len(cand) < 2:
+            continue
+        best = (min if spec.lower_is_better else max)(v for v, _ in cand)
+        for v, i in cand:
+            if v == best:
+                label, cells, is_model = body[i]
+                cells[j] = f"**{cells[j]}**"
+                body[i] = (label, cells, is_model)
+
+
+def _latex(spec: TableSpec, groups, headers, body) -> str:
+    ncols = len(headers)
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\begin{{tabular}}{{l{'c' * ncols}}}", r"\toprule"]
+    grp = " & ".join(rf"\multicolumn{{{n}}}{{c}}{{{g}}}" for g, n in groups)
+    lines.append(rf"Models & {grp}" + (" & " if spec.avg else "") + r" \\")
+    start, rules = 2, []
+    for _, n in groups:
+        rules.append(rf"\cmidrule(lr){{{start}-{start + n - 1}}}")
+        start += n
+    lines.append(" ".join(rules))
+    lines.append(" & " + " & ".join(headers) + r" \\")
+    lines.append(r"\midrule")
+    for i, (label, cells, is_model) in enumerate(body):
+        if is_model and i > 0:
+            lines.append(r"\midrule")
+        tex_cells = [c.replace(">1k", r"$>$1k") for c in cells]
+        tex_cells = [rf"\textbf{{{c[2:-2]}}}" if c.startswith("**") else c for c in tex_cells]
+        lines.append(" & ".join([label.replace("_", r"\_") if is_model else label, *tex_cells]) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{spec.title}}}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def _markdown(spec: TableSpec, groups, headers, body) -> str:
+    group_row = [g for g, n in groups for _ in range(n)] + (["Avg."] if spec.avg else [])
+    head = ["Models"] + [f"{g.split(',')[0]} {h}" if g != h else h for g, h in zip(group_row, headers, strict=True)]
+    lines = [f"**{spec.title}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, cells, is_model in body:
+        name = f"**{label}**" if is_model else label
+        plain = name.replace("$", "").replace("\\", "")
+        lines.append("| " + " | ".join([plain, *cells]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def tables_main(argv: list[str]) -> None:
+    """``lengthx tables``: render every table that has rows in the results CSV."""
+    from lengthx.tables import TABLES
+
+    p = argparse.ArgumentParser(prog="lengthx tables", description=__doc__.splitlines()[0])
+    p.add_argument("--results-dir", default="results/mini", help="directory holding results.csv")
+    p.add_argument("--out", default=None, help="where to write .tex/.md (default: <results-dir>/tables)")
+    p.add_argument("--format", choices=["latex", "markdown", "both"], default="both")
+    p.add_argument("--compare-paper", action="store_true", help="show the published value beside ours")
+    args = p.parse_args(argv)
+    store = ResultsStore(Path(args.results_dir))
+    df = store.read()
+    if args.compare_paper and not PAPER_DIR.is_dir():
+        print(f"--compare-paper: the published tables are not at {PAPER_DIR}; set LENGTHX_PAPER_DIR")
+    if df.empty:
+        print(f"no results in {store.csv_path}; run e.g. 'lengthx run task=passkey method=none' first")
+        return
+    out = Path(args.out or Path(args.results_dir) / "tables")
+    out.mkdir(parents=True, exist_ok=True)
+    for spec in TABLES.values():
+        if not df["task"].isin(spec.tasks).any():
+            continue
+        r = render(spec, df, compare_paper=args.compare_paper)
+        suffix = "_vs_paper" if args.compare_paper else ""
+        if args.format in ("latex", "both"):
+            (out / f"{spec.id}{suffix}.tex").write_text(r.latex)
+        if args.format in ("markdown", "both"):
+            (out / f"{spec.id}{suffix}.md").write_text(r.markdown)
+        print(r.markdown if args.format != "latex" else r.latex)
+        if r.missing:
+            print(f"cells of {spec.id} with no result yet (model / method / task: settings):")
+            for m in r.missing:
+                print(f"  - {m}")
+        print(f"wrote {out / spec.id}{suffix}.{{tex,md}}\n")
