@@ -28,6 +28,7 @@ demo: install
 
 bench: install
 	$(BIN)/python scripts/bench_attention.py
+	$(BIN)/python scripts/bench_alignment.py
 
 tables: install
 	$(LX) tables
