@@ -19,8 +19,9 @@ Paths (all compute softmax((QKᵀ·scaling + bias)/τ + mask) with the mask *not
   padding is handled by slicing keys (and the bias view's columns), not by a mask; τ is folded into
   SDPA's ``scale`` and into the table (T/τ), so it costs nothing.
 * ``explicit`` (statistics, or masks that are not one contiguous key range per example): tiles of one
-  example, one head and a block of queries, about :data:`BLOCK_ELEMENTS` scores each; P_max and entropy (Algorithm 1) and the layer-0 logit vector
-  (Propositions 1-2) are read from the same block (``lengthx.attention.stats``).
+  example, one head and a block of queries, about :data:`BLOCK_ELEMENTS` scores each; P_max and entropy
+  (Algorithm 1) and the layer-0 logit vector (Propositions 1-2) are read from the same tile
+  (``lengthx.attention.stats``).
 * ``flex`` (CUDA default without statistics): FlexAttention with the table indexed in ``score_mod``.
   FlexAttention runs on CPU only through ``torch.compile`` and is slower there (DESIGN §9), so it is never
   chosen automatically on CPU. Not exercised by the CPU test suite.
@@ -210,8 +211,10 @@ class RelativeBiasTable:
         value_f = value.flip(2).contiguous()
         out = torch.empty(b, h, q_len, value.shape[-1], dtype=query.dtype, device=query.device)
         if ranges is None:  # a mask that is not one contiguous key range per example: explicit, masked
+            keep = _key_keep(attention_mask, b, k_len)
+            longest = int(keep.sum(-1).max()) if keep is not None else k_len  # logit-vector grid
             self._explicit(module, query, key_f, value_f, flipped, 0, k_len, attention_mask, scale, tau,
-                           p_drop, stats, out)
+                           p_drop, stats, out, grid_hint=longest)
             return out.transpose(1, 2).contiguous()
 
         groups: dict[tuple[int, int], list[int]] = {}
@@ -349,29 +352,28 @@ class RelativeBiasTable:
         b, h, q_len, _ = query.shape
         n = k1 - k0
         rows = min(q_len, max(MIN_BLOCK_ROWS, BLOCK_ELEMENTS // max(1, b * h * n)))
+        independent = mask is not None and _query_independent(mask)
         pmaxes, entropies, oks = [], [], []
         for q0 in range(0, q_len, rows):
             q1 = min(q0 + rows, q_len)
-            x = torch.matmul(query[:, :, q0:q1] * scale, key_f.transpose(-1, -2)) + self.view(flipped, q0, q1,
-                                                                                              k0, k1)
+            logits = torch.matmul(query[:, :, q0:q1] * scale, key_f.transpose(-1, -2))
+            logits = logits + self.view(flipped, q0, q1, k0, k1)
+            mblk = None
             if mask is not None:
-                mrows = mask[:, :, :1] if _query_independent(mask) else mask[:, :, q0:q1]
-                x = x + _to_additive(mrows, x.dtype).flip(-1)
+                mrows = mask[:, :, :1] if independent else mask[:, :, q0:q1]
+                mblk = _to_additive(mrows, logits.dtype).flip(-1)
+            x = logits if mblk is None else logits + mblk
             if stats is not None:
+                if row_range is not None:
+                    rv, kv = _rows_in(row_range, q0, q1, b, x.device), None
+                else:
+                    rv, kv = _validity_flipped(mblk, b, q1 - q0, n, q0)
                 if stats.wants_logits(module):
-                    rv, kv = (_rows_in(row_range, q0, q1, b, x.device), None) if row_range is not None else \
-                        _validity_flipped(_to_additive(mrows, x.dtype).flip(-1) if mask is not None else None,
-                                          b, q1 - q0, n, q0)
-                    stats.add_logits(module, (x - (0 if mask is None else _to_additive(mrows, x.dtype).flip(-1)))
-                                     .detach(), rv, kv, tau=tau)
+                    stats.add_logits(module, logits.detach(), rv, kv, tau=tau)
                 _, _, pmax, entropy = softmax_stats_(x.detach().float().clone())
                 pmaxes.append(pmax)
                 entropies.append(entropy)
-                if row_range is not None:
-                    oks.append(_rows_in(row_range, q0, q1, b, x.device))
-                else:
-                    oks.append(_validity_flipped(_to_additive(mrows, x.dtype).flip(-1) if mask is not None
-                                                 else None, b, q1 - q0, n, q0)[0])
+                oks.append(rv)
             p = torch.softmax(x.float(), -1).to(value_f.dtype)
             p = F.dropout(p, p_drop, training=True) if p_drop else p
             out[:, :, q0:q1] = torch.matmul(p, value_f)

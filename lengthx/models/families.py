@@ -35,6 +35,17 @@ def _llama_modules(model: torch.nn.Module, scope: str) -> list[torch.nn.Module]:
     return [layer.self_attn for layer in model.model.layers]
 
 
+def _bloom_modules(model: torch.nn.Module, scope: str) -> list[torch.nn.Module]:
+    """BLOOM self-attention, made temperature-capable on first use (inline ALiBi, ``lengthx.attention.bloom``).
+
+    BLOOM is eager-only and does not dispatch through ``AttentionInterface``; its ``BloomAttention``
+    instances are switched to a subclass that divides ALiBi and QKᵀ·inv_norm_factor by τ (DESIGN §5).
+    """
+    from lengthx.attention.bloom import enable_temperature
+
+    return enable_temperature(model)
+
+
 @dataclass(frozen=True)
 class Family:
     """A model family: its position encoding, architecture kind and attention modules."""
@@ -69,8 +80,8 @@ FAMILIES: dict[str, Family] = {
         Family("gpt2", "APE", False, _gpt2_modules),
         Family("gpt_neox", "RoPE", False, _neox_modules),
         Family("llama", "RoPE", False, _llama_modules),
-        # BLOOM computes ALiBi inline in an eager-only attention; its temperature adapter is not built yet.
-        Family("bloom", "ALiBi", False, None, attn_implementation="eager"),
+        # BLOOM computes ALiBi inline in an eager-only attention: τ enters through its baddbmm factors.
+        Family("bloom", "ALiBi", False, _bloom_modules, attn_implementation="eager"),
     ]
 }
 
