@@ -32,6 +32,7 @@ demo: install
 bench: install
 	$(BIN)/python scripts/bench_attention.py
 	$(BIN)/python scripts/bench_alignment.py
+	$(BIN)/python scripts/bench_training_memory.py
 
 tables: install
 	$(LX) tables

@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     p.add_argument("--repeats", type=int, default=1, help="timed forwards per child (best kept)")
     p.add_argument("--rounds", type=int, default=None,
-                   help="interleaved rounds per cell, best kept (default: 2 up to 8k tokens, else 1)")
+                   help="interleaved rounds per cell, best kept (default 2; 1 with --quick)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per child (0 = torch's default)")
     p.add_argument("--mem-limit-gb", type=float, default=None,
                    help="address-space cap per child (default: min(21, MemAvailable − 1) GiB)")
@@ -247,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     import transformers
 
     lengths = args.lengths or (QUICK_LENGTHS if args.quick else FULL_LENGTHS)
+    rounds = args.rounds or (1 if args.quick else 2)
     limit_gib = args.mem_limit_gb or min(21.0, _mem_available() / 2**30 - 1.0)
     mem_limit = int(limit_gib * 2**30)
     if args.threads > 0:
@@ -254,7 +255,6 @@ def main(argv: list[str] | None = None) -> int:
     roof = _roofline()
     results: dict[tuple[str, int], dict] = {}
     for n in lengths:
-        rounds = args.rounds or (2 if n <= 8192 else 1)
         for _ in range(rounds):
             for v in args.variants:
                 prev = results.get((v, n))
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = dict(machine=f"{platform.machine()} CPU, {os.cpu_count()} cores", threads=torch.get_num_threads(),
                 torch=torch.__version__, transformers=transformers.__version__,
                 clock="process CPU time" if single else "wall time",
-                rounds=args.rounds or "1-2", base=min(bases) if bases else float("nan"), limit_gib=limit_gib)
+                rounds=rounds, base=min(bases) if bases else float("nan"), limit_gib=limit_gib)
     text = render(results, list(lengths), roof, meta)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text + "\n")

@@ -21,7 +21,7 @@ increment* (peak − RSS just before the first step: activations, gradients, opt
 each as a ratio to ``plain``. On CUDA, ``torch.cuda.max_memory_allocated`` is used the same way.
 
     python scripts/bench_training_memory.py            # d=256, 4 layers, L_t=512 -> results/bench/training_memory.md
-    python scripts/bench_training_memory.py --quick    # d=128, 2 layers, L_t=128, gpt2 only: a smoke run
+    python scripts/bench_training_memory.py --quick    # d=128, 2 layers, L_t=128, gpt2 only -> …_quick.md
 """
 
 from __future__ import annotations
@@ -243,13 +243,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per child (0: torch default)")
     parser.add_argument("--device", default="auto", help="auto (cuda if available), cpu or cuda")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per child")
-    parser.add_argument("--out", default=str(ROOT / "results" / "bench" / "training_memory.md"))
+    parser.add_argument("--out", default=None,
+                        help="report path (default results/bench/training_memory.md; _quick.md with --quick)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
         args.d_model, args.layers, args.l_t, args.steps = 128, 2, 128, 2
         args.families = args.families or "gpt2"
     args.families = (args.families or "gpt2,gpt_neox").split(",")
+    if args.out is None:
+        args.out = str(ROOT / "results" / "bench" / f"training_memory{'_quick' if args.quick else ''}.md")
     if args.device == "auto":
         import torch
 
