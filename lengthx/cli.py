@@ -31,24 +31,30 @@ class UsageError(Exception):
     """A user mistake reported as one paragraph, without a traceback."""
 
 
-def choices(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+def choices(group: str, groups: dict[str, Path] | None = None) -> list[str]:
+    """Config names of ``group`` (the YAML files of its directory)."""
+    folder = (groups or {})[group] if groups else CONF_DIR / group
+    return sorted(p.stem for p in folder.glob("*.yaml"))
 
 
-def check_overrides(overrides: list[str]) -> None:
-    """Fail fast on unknown config-group choices (``task=pasky``), listing the valid names."""
+def check_overrides(overrides: list[str], groups: dict[str, Path] | None = None, command: str = "run") -> None:
+    """Fail fast on unknown config-group choices (``task=pasky``), listing the valid names.
+
+    ``groups`` maps group names to their config directories (default: ``conf/<group>`` for :data:`GROUPS`).
+    """
+    names = groups if groups is not None else dict.fromkeys(GROUPS)
     for ov in overrides:
         if "=" not in ov or ov.startswith("-"):
             continue
         key, value = ov.split("=", 1)
         key = key.lstrip("+~").removeprefix("override ")
-        if key not in GROUPS:
+        if key not in names:
             continue
-        valid = choices(key)
+        valid = choices(key, groups)
         for v in value.split(","):
             if v and v not in valid:
-                raise UsageError(f"unknown {key} '{v}'. Valid {key} names: {', '.join(valid)}. "
-                                 f"See 'lengthx ls' for one line on each.")
+                raise UsageError(f"unknown {key} '{v}' for lengthx {command}. Valid {key} names: "
+                                 f"{', '.join(valid)}. See 'lengthx ls' for one line on each.")
 
 
 def _register_resolvers() -> None:

@@ -16,15 +16,13 @@ is set up (``--mpirun_hostfile``). ``torchrun --nproc_per_node N -m lengthx.trai
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
-PACKAGE_DIR = Path(__file__).resolve().parent
-CONF_DIR = Path(os.environ.get("LENGTHX_CONF", PACKAGE_DIR.parent / "conf")).resolve()
+from lengthx.cli import CONF_DIR, UsageError, _register_resolvers, check_overrides, choices
+
 TRAIN_CONF_DIR = CONF_DIR / "train"
 TRAIN_GROUPS = {
     "model": CONF_DIR / "model",
@@ -33,29 +31,17 @@ TRAIN_GROUPS = {
 }
 
 
-class TrainUsageError(Exception):
-    """A user mistake in ``lengthx train`` arguments, reported without a traceback."""
+TrainUsageError = UsageError  # a user mistake in ``lengthx train`` arguments, reported without a traceback
 
 
 def _choices(group: str) -> list[str]:
-    return sorted(p.stem for p in TRAIN_GROUPS[group].glob("*.yaml"))
+    return choices(group, TRAIN_GROUPS)
 
 
 def check_train_overrides(argv: list[str]) -> None:
     """Fail fast on unknown model / method / profile names, listing the valid ones."""
-    for ov in argv:
-        if "=" not in ov or ov.startswith("-"):
-            continue
-        key, value = ov.split("=", 1)
-        key = key.lstrip("+~").removeprefix("override ")
-        if key not in TRAIN_GROUPS:
-            continue
-        valid = _choices(key)
-        for v in value.split(","):
-            if v and v not in valid:
-                raise TrainUsageError(
-                    f"unknown {key} '{v}' for lengthx train. Valid {key} names: {', '.join(valid)}."
-                )
+    check_overrides(argv, TRAIN_GROUPS, command="train")
+
 
 
 @contextmanager
@@ -77,13 +63,6 @@ def model_configs() -> Iterator[None]:
     finally:
         if not had:
             cs.repo.pop("model", None)
-
-
-def _register_resolvers() -> None:
-    from omegaconf import OmegaConf
-
-    if not OmegaConf.has_resolver("lengthx_pkg"):
-        OmegaConf.register_new_resolver("lengthx_pkg", lambda rel: str(PACKAGE_DIR / rel))
 
 
 def compose_train_config(overrides: list[str] | None = None) -> Any:
