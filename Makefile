@@ -21,9 +21,9 @@ $(VENV)/.installed: pyproject.toml
 test: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
 
-# The main job on a demo-sized slice (4 examples per setting, 1 calibration example); drop DEMO_ARGS= for the
-# full mini profile. Cells resume, so a later full run reuses these examples.
-DEMO_ARGS ?= task.num_examples=4 calibration.num_examples=1
+# The main job on a demo-sized slice (the 20k and 30k columns, 4 examples each, 1 calibration example);
+# `make demo DEMO_ARGS=` runs the full mini profile. Cells resume, so a later full run reuses these examples.
+DEMO_ARGS ?= task.num_examples=4 calibration.num_examples=1 'task.only=[20k,30k]'
 demo: install
 	$(LX) run task=passkey method=none $(DEMO_ARGS)
 	$(LX) run task=passkey method=pmax $(DEMO_ARGS)

@@ -64,7 +64,7 @@ def config_hash(cfg: DictConfig, setting: Setting) -> str:
     relevant = {
         "model": OmegaConf.to_container(cfg.model, resolve=True),
         "method": OmegaConf.to_container(cfg.method, resolve=True),
-        "task": {k: v for k, v in OmegaConf.to_container(cfg.task, resolve=True).items() if k != "settings"},
+        "task": {k: v for k, v in OmegaConf.to_container(cfg.task, resolve=True).items() if k not in ("settings", "only")},
         "setting": [setting.label, setting.value, setting.unit],
         "dtype": cfg.dtype,
         "calibration": OmegaConf.to_container(cfg.calibration, resolve=True)

@@ -40,3 +40,20 @@ def test_scoring_takes_the_first_integer():
     assert not passkey_correct("314150", 31415)
     assert not passkey_correct("no digits", 31415)
     assert PasskeyTask().score("12", type("E", (), {"target": 12})())["accuracy"] == 100.0
+
+
+def test_task_only_keeps_the_named_columns():
+    import pytest
+    from omegaconf import OmegaConf
+
+    from lengthx.tasks.base import resolve_settings
+
+    cfg = OmegaConf.load(__import__("pathlib").Path(__file__).parents[1] / "conf/task/passkey.yaml")
+    all_ = resolve_settings(cfg, "mini", 256)
+    assert [s.label for s in all_] == ["20k", "30k", "40k", "50k", "55k"]
+    assert [s.value for s in all_] == [round(v * 256 / 512) for v in cfg.paper_l_ex]  # ratios kept at L_tr 256
+    cfg.only = ["55k", "20k"]
+    assert [s.label for s in resolve_settings(cfg, "mini", 256)] == ["20k", "55k"]
+    cfg.only = ["60k"]
+    with pytest.raises(ValueError, match="60k"):
+        resolve_settings(cfg, "mini", 256)

@@ -45,7 +45,22 @@ def label_for(value: int) -> str:
 
 
 def resolve_settings(task_cfg: Any, profile: str, l_tr: int) -> list[Setting]:
-    """The settings a run sweeps, from the task config, the profile and the model's training length."""
+    """The settings a run sweeps, from the task config, the profile and the model's training length.
+
+    ``task.only=[label, …]`` keeps just those columns (e.g. ``task.only=[20k,55k]``)."""
+    settings = _all_settings(task_cfg, profile, l_tr)
+    only = task_cfg.get("only")
+    if only:
+        wanted = [str(x) for x in only]
+        unknown = sorted(set(wanted) - {s.label for s in settings})
+        if unknown:
+            raise ValueError(f"task.only names unknown settings {unknown}; this task's settings are "
+                             f"{[s.label for s in settings]}")
+        settings = [s for s in settings if s.label in wanted]
+    return settings
+
+
+def _all_settings(task_cfg: Any, profile: str, l_tr: int) -> list[Setting]:
     explicit = task_cfg.get("settings")
     if explicit:
         unit = task_cfg.get("unit") or "tokens"
