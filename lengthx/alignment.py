@@ -134,9 +134,13 @@ def capture_stats(
         clear_temperature(modules)
 
 
-def find_s(loaded: Any, batches: Sequence[dict[str, Any]], tau: float, mode: str, scope: str = "encoder") -> float:
-    """FINDS(τ, M) of Algorithm 1: S̄ over all watched layers, heads and valid query rows of ``batches``."""
-    return capture_stats(loaded, batches, tau, scope).mean(mode)
+def find_s(
+    loaded: Any, batches: Sequence[dict[str, Any]], tau: float, mode: str, scope: str = "encoder",
+    row_stride: int = 1,
+) -> float:
+    """FINDS(τ, M) of Algorithm 1: S̄ over all watched layers, heads and valid query rows of ``batches``
+    (every ``row_stride``-th query row when > 1: an estimate at a fraction of the cost)."""
+    return capture_stats(loaded, batches, tau, scope, row_stride=row_stride).mean(mode)
 
 
 def calibrate(
@@ -146,10 +150,12 @@ def calibrate(
     mode: str,
     scope: str = "encoder",
     search: str = "grid",
+    row_stride: int = 1,
 ) -> Alignment:
     """Algorithm 1 end to end: S̄_tr(1) on length-L_tr batches, then τ_ex on the extrapolation batches."""
-    target = find_s(loaded, reference, 1.0, mode, scope)
-    return align_temperature(lambda t: find_s(loaded, extrapolation, t, mode, scope), target, mode, search)
+    target = find_s(loaded, reference, 1.0, mode, scope, row_stride)
+    return align_temperature(lambda t: find_s(loaded, extrapolation, t, mode, scope, row_stride), target, mode,
+                             search)
 
 
 def _per_layer(stats: Any, mode: str) -> list[float]:
@@ -164,19 +170,20 @@ def calibrate_per_layer(
     mode: str,
     scope: str = "encoder",
     search: str = "grid",
+    row_stride: int = 1,
 ) -> list[Alignment]:
     """Per-layer Algorithm 1 (paper A, Limitations: proposed as future work): one τ per attention module.
 
     Layer ℓ's τ is aligned with layers < ℓ already at their chosen τ (a layer's statistic does not depend on
     the layers after it), so the layers are aligned one after another, each by the same grid/bisect search.
     """
-    targets = _per_layer(capture_stats(loaded, reference, 1.0, scope), mode)
+    targets = _per_layer(capture_stats(loaded, reference, 1.0, scope, row_stride=row_stride), mode)
     taus = [1.0] * len(targets)
     out = []
     for layer, target in enumerate(targets):
         def statistic(t: float, layer: int = layer) -> float:
             trial = taus[:layer] + [t] + taus[layer + 1:]
-            return _per_layer(capture_stats(loaded, extrapolation, trial, scope), mode)[layer]
+            return _per_layer(capture_stats(loaded, extrapolation, trial, scope, row_stride=row_stride), mode)[layer]
 
         result = align_temperature(statistic, target, mode, search)
         taus[layer] = result.tau

@@ -177,7 +177,8 @@ class Runner:
         key = {"model": OmegaConf.to_container(self.cfg.model, resolve=True), "task": cell.task,
                "setting": [cell.setting.label, cell.setting.value, cell.setting.unit], "mode": m.name,
                "search": m.get("search"), "scope": m.scope, "per_layer": bool(m.get("per_layer", False)),
-               "n": int(self.cfg.calibration.num_examples), "seed": int(self.cfg.task.seed)}
+               "n": int(self.cfg.calibration.num_examples), "seed": int(self.cfg.task.seed),
+               "row_stride": int(self.cfg.calibration.get("row_stride", 1))}
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
         name = f"{cell.model}__{cell.task}__{cell.setting.label}__{method_id(m)}__{digest}.json"
         return Path(self.cfg.results_dir) / "calibration" / safe_name(name), key
@@ -189,6 +190,7 @@ class Runner:
         if path.exists():
             return json.loads(path.read_text())["tau"], path, True
         n, cal = int(self.cfg.calibration.num_examples), self.cfg.calibration
+        stride = int(cal.get("row_stride", 1))
         ref_setting = Setting("L_tr", self.loaded.l_tr, "tokens")
         reference = [encode(self.loaded, [e.prompt]) for e in self.examples(ref_setting, cal.reference_seed_offset, n)]
         extra_ex = self.examples(cell.setting, cal.seed_offset, n)
@@ -198,13 +200,13 @@ class Runner:
             tau, info = closed_form_temperature(self.loaded, reference, extra, m.name, l_ex, m.scope)
             info["forward_passes"] = 2 * n
         elif m.get("per_layer", False):
-            layers = calibrate_per_layer(self.loaded, reference, extra, m.name, m.scope, m.search)
+            layers = calibrate_per_layer(self.loaded, reference, extra, m.name, m.scope, m.search, stride)
             tau: float | list[float] = [r.tau for r in layers]
             info = {"target": [r.target for r in layers],
                     "evaluated": [{str(k): v for k, v in r.evaluated.items()} for r in layers],
                     "forward_passes": sum(r.forward_passes for r in layers)}
         else:
-            result = calibrate(self.loaded, reference, extra, m.name, m.scope, m.search)
+            result = calibrate(self.loaded, reference, extra, m.name, m.scope, m.search, stride)
             tau = result.tau
             info = {"target": result.target, "evaluated": {str(k): v for k, v in result.evaluated.items()},
                     "forward_passes": result.forward_passes}

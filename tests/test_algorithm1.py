@@ -88,3 +88,36 @@ def test_calibrate_second_call_is_served_from_cache(tiny_model_dir, tmp_path):
     tau2, _, cached2 = runner.aligned_temperature_with_source(cell)
     assert cached2 and tau2 == tau1 and calls == []
     assert OmegaConf.to_container(cfg.method)["search"] == "grid"
+
+
+@pytest.mark.parametrize("efficient", ["never", "always"])
+def test_row_sampled_statistics_equal_naive_on_those_rows(efficient):
+    """``row_stride`` statistics are exactly P_max/H of every n-th valid query row (naive from eager T5)."""
+    from lengthx.alignment import capture_stats
+    from lengthx.attention.t5_efficient import enable_efficient_t5
+
+    loaded = _loaded(7)
+    enable_efficient_t5(loaded.model, mode=efficient)
+    eager = tiny_t5(seed=7, attn="eager", vocab_size=128, d_model=32, num_heads=4, d_kv=8)
+    ids = torch.randint(3, 128, (2, 90), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, 61:] = 0
+    batch = [{"input_ids": ids, "attention_mask": mask}]
+    stride = 4
+    stats = capture_stats(loaded, batch, 1.0, row_stride=stride)
+    with torch.no_grad():
+        out = eager.encoder(input_ids=ids, attention_mask=mask, output_attentions=True)
+    layers = len(out.attentions)
+    pm, en = torch.zeros(layers, 4, dtype=torch.float64), torch.zeros(layers, 4, dtype=torch.float64)
+    count = sum(1 for b in range(2) for r in range(0, 90, stride) if mask[b, r])
+    for layer, att in enumerate(out.attentions):
+        for b in range(2):
+            p = att[b][:, [r for r in range(0, 90, stride) if mask[b, r]]].double()
+            pm[layer] += p.amax(-1).sum(-1)
+            en[layer] += torch.special.entr(p).sum(-1).sum(-1)
+    assert torch.allclose(stats.pmax(), pm / count, atol=1e-5)
+    assert torch.allclose(stats.entropy(), en / count, atol=1e-4)
+    # at τ ≠ 1 the sampled rows estimate the all-rows statistic closely
+    sampled, full = capture_stats(loaded, batch, 0.7, row_stride=stride), capture_stats(loaded, batch, 0.7)
+    assert abs(sampled.mean("pmax") - full.mean("pmax")) < 0.03
+    assert abs(sampled.mean("pmax") - stats.mean("pmax")) > 0.01  # τ really applied on the sampled path

@@ -93,8 +93,14 @@ class AttentionStats:
         logit_vector: bool = False,
         logit_layer: int = 0,
         logit_grid: int | None = None,
+        row_stride: int = 1,
     ):
+        if row_stride < 1:
+            raise ValueError(f"row_stride must be >= 1, got {row_stride}")
         self.modules = list(modules)
+        # P_max/entropy from every row_stride-th query row only (an estimate of S̄ at a fraction of the cost;
+        # the attention output then takes the fast path). 1 = every row, exactly as Algorithm 1 states.
+        self.row_stride = int(row_stride)
         self._index = {id(m): i for i, m in enumerate(self.modules)}
         self._pmax: torch.Tensor | None = None  # (layers, heads), float64 sums
         self._entropy: torch.Tensor | None = None

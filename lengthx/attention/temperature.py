@@ -73,6 +73,26 @@ def temperature_attention(
     """
     tau = float(getattr(module, TAU_ATTR, 1.0))
     stats: AttentionStats | None = getattr(module, STATS_ATTR, None)
+    if stats is not None and stats.row_stride > 1 and not stats.wants_logits(module):
+        sampled_statistics(module, query, key, attention_mask, scaling, position_bias, tau, stats)
+        stats = None
+    return _attend(module, query, key, value, attention_mask, scaling, dropout, position_bias, tau, stats, **kwargs)
+
+
+def _attend(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None,
+    dropout: float,
+    position_bias: torch.Tensor | None,
+    tau: float,
+    stats: AttentionStats | None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """The attention output at ``tau``, feeding ``stats`` (if any) from every query row."""
     if getattr(position_bias, "lengthx_efficient", False):  # T5 offset table (lengthx.attention.t5_efficient)
         out = position_bias.attend(module, query, key, value, attention_mask, scaling=scaling,
                                    dropout=dropout, tau=tau, stats=stats)
@@ -118,6 +138,51 @@ def temperature_attention(
         probs = torch.nn.functional.dropout(probs, p=dropout, training=module.training)
         out[:, :, q0:q1] = torch.matmul(probs.to(value.dtype), value)
     return out.transpose(1, 2).contiguous(), None
+
+
+def sampled_statistics(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None,
+    position_bias: torch.Tensor | None,
+    tau: float,
+    stats: AttentionStats,
+) -> None:
+    """P_max and entropy of softmax(l/τ) for every ``stats.row_stride``-th query row only (self-attention).
+
+    The scores of those rows are computed explicitly, (B, H, L/stride, L) at most, so statistics cost a
+    fraction of a forward pass; the rows are evenly spaced, so their mean estimates Algorithm 1's S̄.
+    """
+    if scaling is None:
+        scaling = query.shape[-1] ** -0.5
+    groups = query.shape[1] // key.shape[1]
+    if groups > 1:
+        key = key.repeat_interleave(groups, 1)
+    q_len, k_len = query.shape[-2], key.shape[-2]
+    rows = torch.arange(0, q_len, stats.row_stride, device=query.device)
+    scores = torch.matmul(query[:, :, rows], key.transpose(-1, -2)) * scaling
+    if getattr(position_bias, "lengthx_efficient", False):  # T5 offset table: T[h, k − q + L_q − 1]
+        k = torch.arange(k_len, device=query.device)[None, :]
+        scores = scores + position_bias.table.to(scores)[:, k - rows[:, None] + q_len - 1][None]
+    elif position_bias is not None:
+        scores = scores + (position_bias if position_bias.shape[-2] == 1 else position_bias[..., rows, :])
+    scores = scores / tau
+    mask = _to_additive(attention_mask, scores.dtype)
+    own_key = rows + (k_len - q_len)  # each row's own position among the keys
+    if mask is None:
+        valid = torch.ones(scores.shape[0], rows.numel(), dtype=torch.bool, device=query.device)
+        if getattr(module, "is_causal", False) and q_len > 1:
+            future = torch.arange(k_len, device=query.device)[None, :] > own_key[:, None]
+            scores = scores.masked_fill(future, torch.finfo(scores.dtype).min)
+    else:
+        mask_rows = mask if mask.shape[-2] == 1 else mask[..., rows, :]
+        scores = scores + mask_rows
+        diag = mask_rows[:, 0, torch.arange(rows.numel()) if mask_rows.shape[-2] > 1 else 0, own_key]
+        valid = diag > torch.finfo(mask_rows.dtype).min / 2
+    probs = torch.softmax(scores.float(), dim=-1)
+    stats.add_rows(module, probs.amax(-1), torch.special.entr(probs).sum(-1), valid.reshape(scores.shape[0], -1))
 
 
 def lengthx_mask(
