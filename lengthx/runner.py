@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from lengthx.alignment import calibrate, calibrate_per_layer, closed_form_temperature, log_temperature
 from lengthx.attention.temperature import clear_temperature, set_temperature
-from lengthx.models.loading import LoadedModel, load_model
+from lengthx.models.loading import LoadedModel, ModelNotAvailable, load_model
 from lengthx.results import ResultsStore, git_commit, now, safe_name, versions
 from lengthx.tasks import Example, Setting, build_task, resolve_settings
 
@@ -131,20 +131,18 @@ class Runner:
             try:
                 rows = self.run_cell(cell, chash)
                 status = "ok"
-            except torch.OutOfMemoryError as err:
+            except (torch.OutOfMemoryError, MemoryError) as err:
                 rows, status = [self._status_row(cell, chash, "oom", err, start)], "oom"
-            except MemoryError as err:
-                rows, status = [self._status_row(cell, chash, "oom", err, start)], "oom"
+            except ModelNotAvailable:
+                raise  # no cell of this model can run: stop with the loader's message
             except Exception as err:  # one failing cell must not sink the sweep
-                if type(err).__name__ == "ModelNotAvailable":
-                    raise
                 log.error("cell %s failed: %s: %s (recorded as a status row; the sweep goes on)", cell.key,
                           type(err).__name__, err)
                 rows, status = [self._status_row(cell, chash, "error", err, start)], "error"
             self.store.append_rows(rows, cell.key, chash)
             summary.append({"cell": cell.key, "status": status, **({"value": rows[0]["value"]} if rows else {})})
-            if status != "ok":
-                torch.cuda.empty_cache() if torch.cuda.is_available() else None
+            if status != "ok" and torch.cuda.is_available():
+                torch.cuda.empty_cache()
         return summary
 
     # ---- one cell ---------------------------------------------------------------------------------------
