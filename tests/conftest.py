@@ -48,3 +48,14 @@ def tiny_model_dir(tmp_path_factory) -> str:
     model.save_pretrained(path)
     ByT5Tokenizer().save_pretrained(path)
     return str(path)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models: one intra-op thread (on a shared 2-core box more threads only spin).
+
+    Use per module with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

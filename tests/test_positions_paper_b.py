@@ -25,14 +25,7 @@ from lengthx.segmented_models import (
     segmented_forward,
 )
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: one intra-op thread (on a shared 2-core box more threads only spin)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ---- interpolate_ape ----------------------------------------------------------------------------------
