@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import tiny_t5
 
-from lengthx.attention.stats import AttentionStats, softmax_stats_
+from lengthx.attention.stats import EXP_FLOOR, AttentionStats, softmax_stats_
 from lengthx.attention.t5_efficient import enable_efficient_t5
 from lengthx.attention.temperature import set_temperature
 from lengthx.models.families import get_family
@@ -170,3 +170,7 @@ def test_softmax_stats_identity():
     assert torch.allclose(e / z[..., None], p, atol=1e-6)
     assert torch.allclose(pmax, p.amax(-1), atol=1e-6)
     assert torch.allclose(entropy, torch.special.entr(p).sum(-1), atol=1e-5)
+    # a wide score spread yields no denormal weights (they make every later pass many times slower)
+    wide, weights = torch.randn(4, 2000, generator=g) * 60, torch.empty(4, 2000)
+    softmax_stats_(wide, weights)
+    assert bool((weights >= torch.finfo(torch.float32).tiny).all()) and wide.min() >= EXP_FLOOR

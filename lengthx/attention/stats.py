@@ -41,18 +41,25 @@ from lengthx.attention.temperature import STATS_ATTR
 SORT_CHUNK_ELEMENTS = 1 << 21
 
 
+# exp(s − m) is computed from max(s − m, EXP_FLOOR): e^−80 ≈ 1.8e-35 is still a normal fp32 number, so no
+# denormals arise (ops on denormals are ~5-15x slower on x86, and a wide score spread at long lengths makes
+# many of them); a key below the floor keeps a weight ≤ 1.8e-35 instead of a smaller one, which changes no
+# fp32 softmax output, P_max or entropy (masked keys included: they add ≤ L·1.8e-35 to Z ≥ 1).
+EXP_FLOOR = -80.0
+
+
 def softmax_stats_(
     scores: torch.Tensor, probs_out: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Unnormalised softmax of a score block plus P_max and entropy per row, mostly in place (DESIGN §9).
 
     ``scores`` (…, K) holds s = l/τ + mask (masked keys at a very negative finite value); it is
-    overwritten. Returns ``(e, z, pmax, entropy)`` with e = exp(s − m) (written to ``probs_out`` when
-    given, a buffer shaped like ``scores``), z = Σ e, pmax = 1/z and entropy = log z − Σ e(s − m)/z. The
-    normalised probabilities are e / z[..., None]; masked keys get e = 0 and add nothing.
+    overwritten. Returns ``(e, z, pmax, entropy)`` with e = exp(max(s − m, EXP_FLOOR)) (written to
+    ``probs_out`` when given, a buffer shaped like ``scores``), z = Σ e, pmax = 1/z and
+    entropy = log z − Σ e(s − m)/z. The normalised probabilities are e / z[..., None].
     """
     m = scores.amax(-1, keepdim=True)
-    scores.sub_(m)
+    scores.sub_(m).clamp_(min=EXP_FLOOR)
     e = torch.exp(scores, out=probs_out) if probs_out is not None else torch.exp(scores)
     z = e.sum(-1)
     weighted = scores.mul_(e).sum(-1)  # Σ e·(s − m); scores is no longer needed

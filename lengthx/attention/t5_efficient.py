@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-from lengthx.attention.stats import softmax_stats_
+from lengthx.attention.stats import EXP_FLOOR, softmax_stats_
 from lengthx.attention.temperature import ATTN_NAME, register
 
 if TYPE_CHECKING:
@@ -312,7 +312,7 @@ class RelativeBiasTable:
                     if xbuf is not None:  # softmax and statistics in fp32
                         x = xbuf[: r * n].view(r, n).copy_(x)
                     if stats is None:
-                        x.sub_(x.amax(-1, keepdim=True)).exp_()
+                        x.sub_(x.amax(-1, keepdim=True)).clamp_(min=EXP_FLOOR).exp_()  # no denormals
                         e, z = x, x.sum(-1)
                     else:
                         e, z, row_pmax[bi, hi, q0:q1], row_entropy[bi, hi, q0:q1] = softmax_stats_(
