@@ -21,9 +21,15 @@ commands:
   calibrate [overrides]  Algorithm 1: print and cache τ per setting, e.g. lengthx calibrate method=pmax
   train [overrides]      paper B continued pre-training, e.g. lengthx train model=gpt2 method=chunk-0.25 l_e_factor=4
   stats [overrides]      dispersal statistics at τ=1 per setting and at L_tr (paper A Tables 1, 7; Figures 1-2)
+  plan [profile=paper] [experiment=aa_table4 …]   list every cell of the paper-A experiments, with counts
+                         per table beside the published tables' (a dry run of all of conf/experiment/aa_*)
   tables [--format latex|markdown|both] [--results-dir DIR] [--out DIR] [--compare-paper]
   figures [--results-dir DIR] [--out DIR]   Figures 1, 2/5 and the temperature curves (PNG + PDF)
   ls                     list models, methods, tasks, profiles and experiments
+
+run and stats take --dry-run: list the cells (model|method|task|setting) a run or sweep would compute and
+how many cells of each paper table they fill, without loading a model or writing results, e.g.
+  lengthx run -m experiment=aa_table4 profile=paper --dry-run
 """
 
 
@@ -68,16 +74,143 @@ def _hydra_entry(task_fn, argv: list[str], prog: str) -> None:
     """Run ``task_fn(cfg)`` under Hydra with ``argv`` as overrides (so -m and launchers work)."""
     import hydra
 
+    from lengthx.models.minis import apply_profile
+
     check_overrides(argv)
     _register_resolvers()
     sys.argv = [prog, *argv]
-    hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")(task_fn)()
+
+    def job(cfg) -> None:
+        try:
+            apply_profile(cfg)  # profile=mini: a paper model runs as its shipped mini
+        except ValueError as err:
+            print(f"lengthx: {err}", file=sys.stderr)
+            sys.exit(2)
+        task_fn(cfg)
+
+    hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")(job)()
+
+
+DRY_RUN_CELLS: list[tuple[str, str]] = []  # (experiment, cell key) listed by the jobs of a --dry-run
+
+
+def _hydra_command(task_fn, argv: list[str], prog: str, dry_run_fn=None) -> None:
+    """``_hydra_entry``, or with ``--dry-run`` in ``argv``: ``dry_run_fn`` in every job of the (multi)run.
+
+    A dry run lists cells and loads no model; Hydra's output goes to a temporary directory that is removed
+    afterwards, and the cells per paper table are printed at the end (issue 4, acceptance 6)."""
+    import shutil
+    import tempfile
+
+    if "--dry-run" not in argv:
+        _hydra_entry(task_fn, argv, prog)
+        return
+    if dry_run_fn is None:
+        raise UsageError(f"{prog} has no --dry-run")
+    argv = [a for a in argv if a != "--dry-run"]
+    if any(a.startswith("hydra/launcher=") for a in argv):
+        raise UsageError("--dry-run collects the cells in this process; drop hydra/launcher=… for it")
+    tmp = tempfile.mkdtemp(prefix="lengthx-dry-run-")
+    DRY_RUN_CELLS.clear()
+    try:
+        _hydra_entry(dry_run_fn, [*argv, f"hydra.run.dir={tmp}/run", f"hydra.sweep.dir={tmp}/sweep",
+                                  "hydra.output_subdir=null"], prog)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _print_plan(DRY_RUN_CELLS, argv)
+
+
+def _dry_run_job(cfg, stats: bool = False) -> None:
+    """One job of a --dry-run: list its cells (nothing is loaded or written)."""
+    from lengthx.runner import experiment_skip_reason, planned_cells
+
+    reason = experiment_skip_reason(cfg)
+    if reason:
+        print(f"not a cell: {reason}")
+        return
+    try:
+        cells = planned_cells(cfg, stats=stats)
+    except ValueError as err:
+        print(f"lengthx: {err}", file=sys.stderr)
+        sys.exit(2)
+    name = (cfg.get("experiment_info") or {}).get("name", "-")
+    for cell in cells:
+        print(f"cell {cell.key}  ({cell.setting.value} {cell.setting.unit})")
+        DRY_RUN_CELLS.append((name, cell.key))
+
+
+def _print_plan(cells: list[tuple[str, str]], overrides: list[str]) -> None:
+    """Cells per paper table, beside the number of cells of the published table."""
+    from lengthx.tables import TABLES
+    from lengthx.tables.cells import filled_cells, published_cell_count
+    from lengthx.tables.render import PAPER_DIR
+
+    runs = [tuple(key.split("|")) for _, key in cells]
+    print(f"\n{len(set(runs))} distinct cells listed ({' '.join(overrides)})")
+    print(f"cells per table (listed here / in the published table at {PAPER_DIR}):")
+    for spec in TABLES.values():
+        filled = filled_cells(spec, runs)
+        if filled:
+            pub = published_cell_count(spec, PAPER_DIR)
+            print(f"  {spec.id:16s} {len(filled):4d} / {'?' if pub is None else pub}")
+
+
+def experiment_jobs(experiment: str, overrides: list[str]) -> tuple[str, list[list[str]]]:
+    """(command, job overrides) of ``experiment``'s sweep, expanded as Hydra's basic sweeper expands it:
+    the experiment's ``hydra.sweeper.params``, with command-line overrides taking precedence."""
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    _register_resolvers()
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=[f"experiment={experiment}", *overrides], return_hydra_config=True)
+    params = {str(k): str(v) for k, v in (cfg.hydra.sweeper.params or {}).items()}
+    given = {ov.split("=", 1)[0] for ov in overrides if "=" in ov}
+    sweep = [f"{k}={v}" for k, v in params.items() if k not in given] + overrides
+    parsed = OverridesParser.create().parse_overrides(sweep)
+    jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    command = str((cfg.get("experiment_info") or {}).get("command", "run"))
+    return command, [[f"experiment={experiment}", *job] for job in jobs]
+
+
+def _plan(argv: list[str]) -> None:
+    """``lengthx plan``: every cell of every paper-A experiment (or those named), with counts per table."""
+    from hydra import compose, initialize_config_dir
+
+    from lengthx.models.minis import apply_profile
+    from lengthx.runner import experiment_skip_reason, planned_cells
+
+    check_overrides(argv, command="plan")
+    experiments = [v for a in argv if a.startswith("experiment=") for v in a.split("=", 1)[1].split(",")]
+    rest = [a for a in argv if not a.startswith("experiment=")]
+    experiments = experiments or [e for e in choices("experiment") if e.startswith("aa_")]
+    cells: list[tuple[str, str]] = []
+    for experiment in experiments:
+        command, jobs = experiment_jobs(experiment, rest)
+        print(f"== experiment {experiment}: lengthx {command} -m experiment={experiment} {' '.join(rest)} "
+              f"({len(jobs)} jobs)")
+        with initialize_config_dir(str(CONF_DIR), version_base=None):
+            for job in jobs:
+                cfg = apply_profile(compose("config", overrides=job))
+                if experiment_skip_reason(cfg):
+                    continue
+                for cell in planned_cells(cfg, stats=command == "stats"):
+                    print(f"cell {cell.key}  ({cell.setting.value} {cell.setting.unit})")
+                    cells.append((experiment, cell.key))
+    _print_plan(cells, argv)
 
 
 def _run(cfg) -> None:
     from lengthx.models.loading import ModelNotAvailable
     from lengthx.runner import Runner
 
+    from lengthx.runner import experiment_skip_reason
+
+    reason = experiment_skip_reason(cfg)
+    if reason:
+        print(f"skipped: {reason}")
+        return
     try:
         if cfg.task.name == "segmented_ppl":  # paper B: perplexity of (continued-)pre-trained decoders
             from lengthx.tasks.segmented_ppl import run_task
@@ -167,7 +300,9 @@ def main(argv: list[str] | None = None) -> None:
     cmd, rest = argv[0], argv[1:]
     try:
         if cmd == "run":
-            _hydra_entry(_run, rest, "lengthx run")
+            _hydra_command(_run, rest, "lengthx run", dry_run_fn=_dry_run_job)
+        elif cmd == "plan":
+            _plan(rest)
         elif cmd == "calibrate":
             _hydra_entry(_calibrate, rest, "lengthx calibrate")
         elif cmd == "train":  # paper B; validated against conf/train by train_main itself
@@ -175,7 +310,7 @@ def main(argv: list[str] | None = None) -> None:
 
             train_main(rest)
         elif cmd == "stats":
-            _hydra_entry(_stats, rest, "lengthx stats")
+            _hydra_command(_stats, rest, "lengthx stats", dry_run_fn=lambda cfg: _dry_run_job(cfg, stats=True))
         elif cmd == "tables":
             from lengthx.tables import tables_main
 
@@ -187,7 +322,8 @@ def main(argv: list[str] | None = None) -> None:
         elif cmd == "ls":
             _ls()
         else:
-            raise UsageError(f"unknown command '{cmd}'. Valid commands: run, calibrate, train, stats, tables, figures, ls.")
+            raise UsageError(f"unknown command '{cmd}'. Valid commands: run, calibrate, train, stats, plan, tables, "
+                             "figures, ls.")
     except UsageError as err:
         print(f"lengthx: {err}", file=sys.stderr)
         sys.exit(2)

@@ -1,4 +1,4 @@
-"""Figures of paper A from the results directory (PNG and PDF), ``lengthx figures``.
+"""Figures of paper A from the results directory (PNG and PDF), ``lengthx figures`` (paper B's: figures_paper_b).
 
 - Figure 1: the learned bias b_{m,n} of every encoder head, m fixed at the middle, n over the whole length.
 - Figures 2/5: QQ plots of layer 0's average logit vector against N(0, σ²), at L_tr and the longest setting.
@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from lengthx.alignment import log_temperature, prop1_temperature, prop2_temperature  # noqa: E402
+from lengthx.figures_paper_b import figure2_ootb, figure3_medians  # noqa: E402
 from lengthx.results import ResultsStore  # noqa: E402
 from lengthx.tables import latest_ok  # noqa: E402
 
@@ -134,6 +135,9 @@ def figures_main(argv: list[str]) -> None:
     if not df.empty:
         for (model, task), _ in df[df["method"] == "stats"].groupby(["model", "task"]):
             written += temperature_figure(df, model, task, out)
+    if not df.empty:  # paper B
+        written += figure2_ootb(df, out, _save)
+    written += figure3_medians(root / "attention", out, _save)
     if not written:
         print(f"no figure inputs in {root}: run 'lengthx stats task=…' (and runs with method=pmax/entropy) first")
     for w in written:

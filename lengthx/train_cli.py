@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from lengthx.cli import CONF_DIR, UsageError, _register_resolvers, check_overrides, choices
+from lengthx.models.minis import apply_profile
 
 TRAIN_CONF_DIR = CONF_DIR / "train"
 TRAIN_GROUPS = {
@@ -75,7 +76,7 @@ def compose_train_config(overrides: list[str] | None = None) -> Any:
     _register_resolvers()
     GlobalHydra.instance().clear()
     with model_configs(), initialize_config_dir(config_dir=str(TRAIN_CONF_DIR), version_base=None):
-        return compose(config_name="config", overrides=overrides)
+        return apply_profile(compose(config_name="config", overrides=overrides))
 
 
 def _train(cfg: Any) -> None:
@@ -83,7 +84,7 @@ def _train(cfg: Any) -> None:
     from lengthx.training import main_summary, train
 
     try:
-        result = train(cfg)
+        result = train(apply_profile(cfg))
     except (ModelNotAvailable, ValueError, FileNotFoundError, FileExistsError) as err:
         # configuration mistakes (unknown family, bad α, missing files, a foreign output_dir): one paragraph
         print(f"lengthx train: {err}", file=sys.stderr)

@@ -556,11 +556,21 @@ def resolve_run(cfg: DictConfig) -> RunSpec:
         "profile": container.get("profile", {}).get("name", "mini"),
     }
     chash = hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    out = cfg.train.get("output_dir")
-    if not out:
-        factor = f"{l_e / l_t:g}x"
-        out = Path("runs") / str(relevant["profile"]) / str(cfg.model.name) / f"{label}-{factor}"
+    out = cfg.train.get("output_dir") or run_dir(str(relevant["profile"]), str(cfg.model.name), label, l_e / l_t)
     return RunSpec(method, label, l_t, l_e, Path(out), chash, relevant)
+
+
+RUNS_DIR = Path(os.environ.get("LENGTHX_RUNS", "runs"))
+
+
+def run_name(label: str, factor: float) -> str:
+    """A run's directory name: its label and β = L_e/L_t, ``chunk-0.25-4x`` (DA: ``da-1x``)."""
+    return f"{label}-{factor:g}x"
+
+
+def run_dir(profile: str, model: str, label: str, factor: float) -> Path:
+    """Default ``train.output_dir``: ``runs/<profile>/<model>/<label>-<β>x`` (``$LENGTHX_RUNS`` moves runs/)."""
+    return RUNS_DIR / profile / model / run_name(label, factor)
 
 
 @dataclass

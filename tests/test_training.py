@@ -240,7 +240,7 @@ def test_kill_and_resume_is_exact(models, corpus, tmp_path):
         )
 
 
-def test_other_families_train_and_evaluate(models, corpus, tmp_path):
+def test_other_families_train_and_evaluate(models, corpus, tmp_path, monkeypatch):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -255,7 +255,7 @@ def test_other_families_train_and_evaluate(models, corpus, tmp_path):
                 tmp_path,
                 model="bloom-1b1",
                 method="prefix-0.5",
-                out="bloom",
+                out="runs/mini/bloom-1b1/prefix-0.5-4x",
                 **{"train.max_steps": 3},
             )
         )
@@ -279,8 +279,11 @@ def test_other_families_train_and_evaluate(models, corpus, tmp_path):
     _register_resolvers()
     results = tmp_path / "results"
 
-    def evaluate(model: str, path: str) -> list[dict]:
+    monkeypatch.setattr("lengthx.training.RUNS_DIR", tmp_path / "runs")
+
+    def evaluate(model: str, path: str | None, *extra: str) -> list[dict]:
         files = ",".join(f"'{f}'" for f in corpus)
+        where = [f"model.path={path}"] if path else []
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
             cfg = compose(
@@ -288,7 +291,7 @@ def test_other_families_train_and_evaluate(models, corpus, tmp_path):
                 overrides=[
                     "task=segmented_ppl",
                     f"model={model}",
-                    f"model.path={path}",
+                    *where,
                     f"model.l_tr={L_T}",
                     "device=cpu",
                     f"results_dir={results}",
@@ -297,11 +300,16 @@ def test_other_families_train_and_evaluate(models, corpus, tmp_path):
                     f"task.data.files=[{files}]",
                     "task.data.test_percent=30",
                     f"task.data.cache_dir={tmp_path / 'cache'}",
+                    *extra,
                 ],
             )
         return run_task(cfg)
 
-    summary = evaluate("bloom-1b1", str(bloom.final_dir))
+    with pytest.raises(ValueError, match="task.run=chunk-0.5-2x: no finished training run"):
+        evaluate("bloom-1b1", None, "task.run=chunk-0.5-2x")
+    # the run by its name under runs/<profile>/<model>/, with Figure 3's histogram at 2L_t from 2 sequences
+    medians = ("task.attention_medians=2", "task.attention_factor=2")
+    summary = evaluate("bloom-1b1", None, "task.run=prefix-0.5-4x", *medians)
     assert [s["status"] for s in summary] == ["ok"] * 3
     assert [s["cell"] for s in summary] == [
         f"bloom-1b1|prefix-0.5@4L_t|segmented_ppl|{s}" for s in ("L_t", "2L_t", "4L_t")
@@ -315,7 +323,18 @@ def test_other_families_train_and_evaluate(models, corpus, tmp_path):
     assert all(1.0 < v < 1000 for v in df["value"])
     recs = ResultsStore(results).load_records("gpt2|ootb|segmented_ppl|2L_t")
     assert len(recs) == 3 and all(r["scores"]["tokens"] == 2 * L_T - 1 for r in recs.values())
-    assert [s["status"] for s in evaluate("bloom-1b1", str(bloom.final_dir))] == ["done"] * 3  # resumable
+    assert [s["status"] for s in evaluate("bloom-1b1", None, "task.run=prefix-0.5-4x", *medians)] == ["done"] * 3
+
+    evaluate("bloom-1b1", models["bloom-1b1"], *medians)
+    hists = {p.stem: json.loads(p.read_text()) for p in (results / "attention").glob("*.json")}
+    assert set(hists) == {"bloom-1b1__prefix-0.5@4L_t", "bloom-1b1__ootb"}
+    for h in hists.values():  # 2 layers x 4 heads x L_T queries past L_t (of 2 L_T) x 2 sequences
+        assert sum(h["counts"]) == 2 * 4 * L_T * 2 and h["setting"] == "2L_t"
+        assert 0 < h["median"] < 1 and h["uniform_median"] == pytest.approx(1 / (L_T + 1 + L_T / 2), rel=0.1)
+    from lengthx.figures import figures_main
+
+    figures_main(["--results-dir", str(results), "--out", str(tmp_path / "figs")])
+    assert (tmp_path / "figs" / "sb_fig3_attention_medians.png").stat().st_size > 10_000
 
 
 def test_cli_entry_and_fail_fast(models, corpus, tmp_path):

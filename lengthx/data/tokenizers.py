@@ -1,4 +1,7 @@
-"""Small T5-style tokenizers trained locally (no hub access), for the mini checkpoints.
+"""Small tokenizers trained locally (no hub access), for the mini checkpoints.
+
+:func:`train_tokenizer` is T5-like (mini-T5, paper A); :func:`train_bpe_tokenizer` is GPT-2-like (the
+decoder-only minis of paper B: byte-level BPE, one ``<|endoftext|>`` token, no special tokens added).
 
 The tokenizer mimics T5's SentencePiece conventions where the harness relies on them: a Unigram model over
 ``▁``-marked words, ``<pad>`` = 0 (also the decoder start token), ``</s>`` = 1 appended to every encoded
@@ -19,8 +22,8 @@ import random
 from collections.abc import Iterable, Iterator
 
 from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
-from tokenizers.models import Unigram
-from tokenizers.trainers import UnigramTrainer
+from tokenizers.models import BPE, Unigram
+from tokenizers.trainers import BpeTrainer, UnigramTrainer
 from transformers import PreTrainedTokenizerFast
 
 PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
@@ -137,3 +140,34 @@ def is_single_token(tokenizer: PreTrainedTokenizerFast, piece: str) -> bool:
     out as exactly one token of ``tokenizer``."""
     ids = tokenizer("<" + piece, add_special_tokens=False)["input_ids"]
     return bool(ids) and tokenizer.convert_ids_to_tokens(ids[-1]) == piece
+
+
+ENDOFTEXT = "<|endoftext|>"
+
+
+def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 4096) -> PreTrainedTokenizerFast:
+    """Train a GPT-2-style byte-level BPE on ``texts`` (read once) and wrap it for ``transformers``.
+
+    As GPT-2's: every byte is in the base alphabet (no unknown token), whitespace runs and newlines are kept
+    (code keeps its indentation), ``<|endoftext|>`` (id 0) is bos, eos and pad, and encoding adds nothing.
+    """
+    tok = Tokenizer(BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[ENDOFTEXT],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    if tok.token_to_id(ENDOFTEXT) != 0:
+        raise RuntimeError(f"{ENDOFTEXT} must have id 0")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=ENDOFTEXT,
+        eos_token=ENDOFTEXT,
+        pad_token=ENDOFTEXT,
+        unk_token=None,
+        model_max_length=1_000_000,
+    )

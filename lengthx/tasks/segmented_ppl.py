@@ -20,14 +20,17 @@ adaptation (§4.3): ``lengthx train method=da label=ootb``; a stock model is als
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from omegaconf import open_dict
 from tqdm.auto import tqdm
 
 from lengthx.tasks.base import Setting
@@ -264,6 +267,7 @@ def run_task(cfg: Any, loaded: Any = None) -> list[dict[str, Any]]:
     from lengthx.results import ResultsStore, git_commit, now, versions
     from lengthx.runner import config_hash
     from lengthx.segmented_models import check_family
+    from lengthx.training import RUNS_DIR
 
     if cfg.method.name != "none":
         raise ValueError(
@@ -273,6 +277,15 @@ def run_task(cfg: Any, loaded: Any = None) -> list[dict[str, Any]]:
     check_family(str(cfg.model.family))
     store = ResultsStore(Path(cfg.results_dir))
     profile = str(cfg.profile.name)
+    if cfg.task.get("run"):  # a `lengthx train` run of this model, by its directory name
+        final = RUNS_DIR / profile / str(cfg.model.name) / str(cfg.task.run) / "final"
+        if not (final / "config.json").is_file():
+            raise ValueError(
+                f"task.run={cfg.task.run}: no finished training run at {final}; train it first "
+                f"(lengthx train model={cfg.model.name} method=… l_e_factor=…) or pass model.path=DIR"
+            )
+        with open_dict(cfg.model):
+            cfg.model.path = str(final)
     task = SegmentedPPLTask(cfg.task, profile)
     l_t = int(cfg.task.get("l_t") or cfg.model.l_tr)
     method = str(cfg.task.get("method_label") or method_label(cfg.model, l_t))
@@ -339,7 +352,52 @@ def run_task(cfg: Any, loaded: Any = None) -> list[dict[str, Any]]:
         )
         if status != "ok" and torch.cuda.is_available():
             torch.cuda.empty_cache()
+    k = int(cfg.task.get("attention_medians") or 0)
+    hist_file = Path(cfg.results_dir) / "attention" / f"{cfg.model.name}__{method}.json"
+    if k > 0 and not hist_file.is_file():  # Figure 3's data
+        if loaded is None:
+            loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+        if lengths is None:
+            lengths = LengthState.capture(loaded.model, str(cfg.model.family))
+        factor = float(cfg.task.get("attention_factor") or 4)
+        at = Setting(factor_label(factor), int(round(factor * l_t)), "tokens")
+        hist = attention_histogram(loaded, task, at, l_t, k, lengths)
+        hist.update({"model": str(cfg.model.name), "method": method, "l_t": l_t})
+        hist_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = hist_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(hist))
+        os.replace(tmp, hist_file)
     return summary
+
+
+MEDIAN_BINS = torch.linspace(-7.0, 0.0, 57)  # log10 edges of Figure 3's histogram
+
+
+def attention_histogram(
+    loaded: Any, task: SegmentedPPLTask, setting: Setting, l_t: int, k: int, lengths: LengthState
+) -> dict[str, Any]:
+    """Histogram of log10 median attention weights of queries past L_t over ``k`` held-out sequences.
+
+    Paper B Figure 3 (§6): values below 10⁻⁷ fall in the first bin. Also records the median of the medians
+    and that of the uniform weight 1/(q+1) over the same queries, for reference.
+    """
+    lengths.set_length(loaded.model, setting.value)
+    meds = torch.cat([
+        median_attention_past(loaded.model, ids.unsqueeze(0).to(loaded.device), l_t)
+        for _, ids in task.sequences(loaded.tokenizer, setting.value, k)
+    ])
+    logs = meds.clamp_min(1e-7).log10().clamp(max=0.0)
+    counts = torch.histogram(logs, bins=MEDIAN_BINS).hist
+    uniform = 1.0 / torch.arange(l_t + 1, setting.value + 1, dtype=torch.float64)
+    return {
+        "setting": setting.label,
+        "length": setting.value,
+        "sequences": k,
+        "log10_edges": [round(float(e), 4) for e in MEDIAN_BINS],
+        "counts": [int(c) for c in counts],
+        "median": float(meds.median()),
+        "uniform_median": float(uniform.median()),
+    }
 
 
 def _status_row(base: dict[str, Any], status: str, err: BaseException, start: float) -> dict[str, Any]:
