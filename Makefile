@@ -6,7 +6,7 @@ LX     := $(BIN)/lengthx
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test demo bench tables reproduce-mini reproduce-all lint clean
+.PHONY: install test demo bench tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all lint clean
 
 install: $(VENV)/.installed
 
@@ -37,18 +37,64 @@ bench: install
 tables: install
 	$(LX) tables
 
-# Paper A, passkey columns of Table 4, every temperature method implemented so far, on the mini profile.
-# The other tasks and paper B join this target with their issues; until then it says so.
-reproduce-mini: install
-	$(LX) run -m experiment=aa_table4
+# Paper A on the mini profile: every paper-A experiment (conf/experiment/aa_*.yaml) with mini-t5 on CPU,
+# AA_MINI_ARGS examples per setting (AA_MINI_ARGS= runs the profile's 10 and 2 calibration examples).
+# Expected time with the defaults: about 1 h on one CPU core (method none of all seven tasks at 10
+# examples took ~25 min; the temperature methods add Algorithm 1's grid). Resumable: rerun to continue.
+# `make reproduce-mini AA_DRY_RUN=--dry-run` lists the cells instead of running them.
+AA_MINI_ARGS ?= task.num_examples=4 calibration.num_examples=1
+define AA_MINI_RECIPE
+$(LX) stats -m experiment=aa_table1 $(AA_MINI_ARGS) $(AA_DRY_RUN)
+$(LX) run -m experiment=aa_table3 $(AA_MINI_ARGS) $(AA_DRY_RUN)
+$(LX) run -m experiment=aa_table4 $(AA_MINI_ARGS) $(AA_DRY_RUN)
+$(LX) run -m experiment=aa_table5 $(AA_MINI_ARGS) $(AA_DRY_RUN)
+$(LX) run -m experiment=aa_table6 $(AA_MINI_ARGS) $(AA_DRY_RUN)
+$(LX) run -m experiment=aa_code_key $(AA_MINI_ARGS) $(AA_DRY_RUN)
+endef
+
+# Paper B: continued pre-training (lengthx train, conf/train) of the paper's models, then perplexity at
+# L_t…5L_t (task=segmented_ppl). $(1) = profile, $(2) = evaluation arguments. Every step resumes: a finished
+# run or cell is skipped, an interrupted one continues from its last checkpoint or record.
+SB_DEV      := full,chunk-0.125,chunk-0.25,chunk-0.5,prefix-0.25,prefix-0.5
+SB_DEV_RUNS := full-2x,full-4x,chunk-0.125-2x,chunk-0.125-4x,chunk-0.25-2x,chunk-0.25-4x,chunk-0.5-2x,chunk-0.5-4x,prefix-0.25-2x,prefix-0.25-4x,prefix-0.5-2x,prefix-0.5-4x
+define SB_RECIPE
+$(LX) train -m profile=$(1) model=gpt2,pythia-160m method=$(SB_DEV) l_e_factor=2,4
+$(LX) train -m profile=$(1) model=gpt2-xl,pythia-1.4b,bloom-1b1 method=chunk-0.25 l_e_factor=2,4
+$(LX) train -m profile=$(1) model=gpt2-xl,bloom-1b1 method=da
+$(LX) run -m profile=$(1) task=segmented_ppl model=gpt2,pythia-160m,gpt2-xl,pythia-1.4b,bloom-1b1 'task.factors=[1,2,3,4,5]' task.attention_medians=4 $(2)
+$(LX) run -m profile=$(1) task=segmented_ppl model=gpt2,pythia-160m task.run=$(SB_DEV_RUNS) $(2)
+$(LX) run -m profile=$(1) task=segmented_ppl model=gpt2-xl,pythia-1.4b,bloom-1b1 task.run=chunk-0.25-2x,chunk-0.25-4x task.attention_medians=4 $(2)
+$(LX) run -m profile=$(1) task=segmented_ppl model=gpt2-xl,bloom-1b1 task.run=da-1x $(2)
+endef
+# Mini profile: the shipped mini-gpt2 / mini-pythia / mini-bloom stand in for the paper's models (L_t = 128);
+# the token budget per run is conf/train/profile/mini.yaml's; 100 held-out sequences per length.
+SB_MINI_ARGS ?= task.num_examples=100
+
+reproduce-mini-a: install
+	$(AA_MINI_RECIPE)
+
+reproduce-mini-b: install
+	$(call SB_RECIPE,mini,$(SB_MINI_ARGS))
+
+reproduce-mini: reproduce-mini-a reproduce-mini-b
 	$(LX) tables
-	@echo "reproduce-mini: ran paper A Table 4 (passkey). Topics/lines/mdqa/code/LM tasks and paper B are not implemented yet."
+	$(LX) figures
 
 # The paper profile: needs hub access (or a local cache) and a GPU. Resumable: rerun to continue.
+# Paper A: one experiment per table (conf/experiment/aa_*.yaml), the paper's models × methods × settings;
+# AA_PAPER_ARGS passes data paths, e.g. task.data_dir=… (MDQA upstream files) or task.text_path=… (LM).
+# `make reproduce-all AA_DRY_RUN=--dry-run` lists every cell with counts per table, loading no model;
+# `lengthx plan profile=paper` lists all of them at once beside the published tables' counts.
+AA_PAPER_ARGS ?=
 reproduce-all: install
-	$(LX) run -m experiment=aa_table4 profile=paper model=flan-t5-large,flan-t5-xl,flan-t5-xxl
-	$(LX) tables --results-dir results/paper
-	@echo "reproduce-all: ran paper A Table 4 (passkey). The other tables join this target with their issues."
+	$(LX) stats -m experiment=aa_table1 profile=paper $(AA_PAPER_ARGS) $(AA_DRY_RUN)
+	$(LX) run -m experiment=aa_table3 profile=paper $(AA_PAPER_ARGS) $(AA_DRY_RUN)
+	$(LX) run -m experiment=aa_table4 profile=paper $(AA_PAPER_ARGS) $(AA_DRY_RUN)
+	$(LX) run -m experiment=aa_table5 profile=paper $(AA_PAPER_ARGS) $(AA_DRY_RUN)
+	$(LX) run -m experiment=aa_table6 profile=paper $(AA_PAPER_ARGS) $(AA_DRY_RUN)
+	$(LX) run -m experiment=aa_code_key profile=paper $(AA_PAPER_ARGS) $(AA_DRY_RUN)
+	$(if $(AA_DRY_RUN),,$(call SB_RECIPE,paper,))
+	$(if $(AA_DRY_RUN),$(LX) plan profile=paper,$(LX) tables --results-dir results/paper)
 
 lint: install
 	$(BIN)/ruff check lengthx tests scripts

@@ -203,9 +203,7 @@ def _plan(argv: list[str]) -> None:
 
 def _run(cfg) -> None:
     from lengthx.models.loading import ModelNotAvailable
-    from lengthx.runner import Runner
-
-    from lengthx.runner import experiment_skip_reason
+    from lengthx.runner import Runner, experiment_skip_reason
 
     reason = experiment_skip_reason(cfg)
     if reason:

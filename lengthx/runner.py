@@ -73,6 +73,48 @@ def config_hash(cfg: DictConfig, setting: Setting) -> str:
     return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
+def experiment_skip_reason(cfg: DictConfig) -> str | None:
+    """Why this job of an experiment sweep is not a cell of its table, or ``None`` when it is.
+
+    Hydra's basic sweeper runs the product of its parameters; ``experiment_info.methods_of`` restricts a
+    model to some methods (paper A Table 4: LongChat is a baseline row, method ``none`` only)."""
+    info = cfg.get("experiment_info") or {}
+    allowed = (info.get("methods_of") or {}).get(cfg.model.name)
+    if allowed is not None and cfg.method.name not in allowed:
+        return (f"{cfg.model.name} × method={cfg.method.name} is not a cell of experiment "
+                f"{info.get('name', '?')}: {cfg.model.name} runs only method={','.join(allowed)}")
+    return None
+
+
+def planned_cells(cfg: DictConfig, stats: bool = False) -> list[Cell]:
+    """The cells ``lengthx run`` (``lengthx stats`` when ``stats``) would compute, without loading a model.
+
+    Settings come from the task config, the profile and ``model.l_tr`` (DESIGN §3); statistics add the
+    length-L_tr reference setting (paper A Tables 1, 7)."""
+    if experiment_skip_reason(cfg) is not None:
+        return []
+    if not stats and cfg.method.name not in RUNNABLE_METHODS:
+        raise ValueError(f"method {cfg.method.name!r} is not runnable by lengthx run; runnable: "
+                         f"{', '.join(RUNNABLE_METHODS)}")
+    l_tr = int(cfg.model.l_tr)
+    settings = resolve_settings(cfg.task, cfg.profile.name, l_tr)
+    if stats:
+        settings = [Setting("L_tr", l_tr, "tokens"), *settings]
+    method = "stats" if stats else method_id(cfg.method)
+    return [Cell(cfg.model.name, method, cfg.task.name, s) for s in settings]
+
+
+def chat_prompt(template: str, prompt: str, model: str) -> str:
+    """``prompt`` wrapped in a model's chat template (``model.chat_template``, with one ``{prompt}``).
+
+    Paper A Table 4's LongChat row: LongEval prompts LongChat-13B-16K in its conversation format,
+    "USER: {prompt} ASSISTANT:"."""
+    if template.count("{prompt}") != 1:
+        raise ValueError(f"model.chat_template of model '{model}' must contain '{{prompt}}' exactly once, got "
+                         f"{template!r}; e.g. model.chat_template='USER: {{prompt}} ASSISTANT:'")
+    return template.replace("{prompt}", prompt)
+
+
 def encode(loaded: LoadedModel, prompts: list[str]) -> dict[str, torch.Tensor]:
     """Tokenise a batch (right padding for encoders, left padding for decoder-only generation)."""
     tok = loaded.tokenizer
@@ -190,8 +232,9 @@ class Runner:
         n, cal = int(self.cfg.calibration.num_examples), self.cfg.calibration
         stride = int(cal.get("row_stride", 1))
         ref_setting = Setting("L_tr", self.loaded.l_tr, "tokens")
-        reference = [encode(self.loaded, [e.prompt]) for e in self.examples(ref_setting, cal.reference_seed_offset, n)]
-        extra_ex = self.examples(cell.setting, cal.seed_offset, n)
+        reference = [encode(self.loaded, [e.prompt])
+                     for e in self.chat_examples(self.examples(ref_setting, cal.reference_seed_offset, n))]
+        extra_ex = self.chat_examples(self.examples(cell.setting, cal.seed_offset, n))
         extra = [encode(self.loaded, [e.prompt]) for e in extra_ex]
         if m.name in ("prop1", "prop2"):
             l_ex = sum(e.actual_tokens for e in extra_ex) / len(extra_ex)
@@ -217,13 +260,30 @@ class Runner:
         return tau, path, False
 
     def cell_examples(self, setting: Setting) -> list[Example]:
-        """The evaluation examples of a cell; ``truncation`` keeps the last L_tr tokens of each prompt."""
+        """The evaluation examples of a cell; ``truncation`` keeps the last L_tr tokens of each prompt, and
+        a model with a ``chat_template`` sees each prompt wrapped in it."""
         examples = self.examples(setting)
         if self.method.name == "truncation":
             from lengthx.tasks.code_completion import CodeCompletionTask
 
             examples = [CodeCompletionTask.truncated(e, self.loaded.tokenizer, self.loaded.l_tr) for e in examples]
-        return examples
+        return self.chat_examples(examples)
+
+    def chat_examples(self, examples: list[Example]) -> list[Example]:
+        """``examples`` with prompts in ``model.chat_template`` (generation only; likelihood scoring reads the
+        raw text). The fitted length ``requested_tokens`` stays the task's; ``actual_tokens`` counts the
+        wrapped prompt, the one the model reads."""
+        template = self.cfg.model.get("chat_template")
+        if not template or getattr(self.task, "scoring", "generation") == "likelihood":
+            return examples
+        from lengthx.data.fitting import count_tokens
+
+        out = []
+        for e in examples:
+            prompt = chat_prompt(str(template), e.prompt, self.cfg.model.name)
+            out.append(Example(e.id, prompt, e.target, e.requested_tokens, count_tokens(self.loaded.tokenizer, prompt),
+                               {**e.meta, "chat_template": str(template), "task_prompt_tokens": e.actual_tokens}))
+        return out
 
     def run_cell(self, cell: Cell, chash: str) -> list[dict[str, Any]]:
         start = time.time()

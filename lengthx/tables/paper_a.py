@@ -41,7 +41,7 @@ TABLE3 = TableSpec(
     cols("Sequence Length (L_ex)", "lm", LM_SETTINGS, "perplexity"),
     methods=TEMPERATURE_METHODS, avg=True, digits=1, bold=("Avg.",),
     paper_csv="attention-alignment-tables/table3.csv",
-    lower_is_better=True, overflow=1000.0, sig_digits_above=100.0,
+    lower_is_better=True, overflow=1000.0, sig_digits_above=100.0, paper_reference="T5-XL-LM",
 )
 
 TABLE4 = TableSpec(
@@ -66,28 +66,28 @@ TABLE6_EM = TableSpec(
     "aa_table6_em", "Paper A, Table 6 (left): code completion exact match (%)",
     cols("Sequence Length (L_ex)", "code_completion", CODE_SETTINGS[:6], "exact_match"),
     methods=CODE_METHODS, avg=False, digits=1,
-    paper_csv="attention-alignment-tables/table6_exact_match.csv",
+    paper_csv="attention-alignment-tables/table6_exact_match.csv", paper_reference="CodeT5+",
 )
 
 TABLE6_ES = TableSpec(
     "aa_table6_es", "Paper A, Table 6 (right): code completion edit similarity",
     cols("Sequence Length (L_ex)", "code_completion", CODE_SETTINGS[:6], "edit_similarity"),
     methods=CODE_METHODS, avg=False, digits=1,
-    paper_csv="attention-alignment-tables/table6_edit_similarity.csv",
+    paper_csv="attention-alignment-tables/table6_edit_similarity.csv", paper_reference="CodeT5+",
 )
 
 TABLE12 = TableSpec(
     "aa_table12", "Paper A, Table 12: code completion exact match (%), 1k-15k",
     cols("Sequence Length (L_ex)", "code_completion", CODE_SETTINGS, "exact_match"),
     methods=CODE_METHODS, avg=False, digits=1,
-    paper_csv="attention-alignment-tables/table12.csv",
+    paper_csv="attention-alignment-tables/table12.csv", paper_reference="CodeT5+",
 )
 
 TABLE13 = TableSpec(
     "aa_table13", "Paper A, Table 13: code completion edit similarity, 1k-15k",
     cols("Sequence Length (L_ex)", "code_completion", CODE_SETTINGS, "edit_similarity"),
     methods=CODE_METHODS, avg=False, digits=1,
-    paper_csv="attention-alignment-tables/table13.csv",
+    paper_csv="attention-alignment-tables/table13.csv", paper_reference="CodeT5+",
 )
 
 TABLE14 = TableSpec(
@@ -102,7 +102,7 @@ CODE_KEY = TableSpec(
     "aa_code_key", "Paper A, §5.4: code key retrieval accuracy (%), ~16k tokens (reported in the text)",
     cols("Code key retrieval", "code_key", ["16k"]),
     methods=TEMPERATURE_METHODS, avg=False, digits=0,
-    paper_csv=None, bold=("16k",),
+    paper_csv=None, bold=("16k",), paper_reference="CodeT5+",
     paper_values=(("CodeT5+", "none", ("0",)), ("CodeT5+", "pmax", ("87",)),
                   ("CodeT5+", "entropy", ("80",)), ("CodeT5+", "log", ("85",))),
 )
@@ -124,12 +124,13 @@ TAU_METHODS = ("pmax", "entropy", "log", "prop1", "prop2", "pmax-per-layer", "en
 TABLE8 = TableSpec(
     "aa_table8", "Paper A, Table 8: temperatures of language modeling",
     cols("Sequence Length (L_ex)", "lm", LM_SETTINGS, "tau"), methods=TAU_METHODS, avg=False, digits=2,
-    paper_csv="attention-alignment-tables/table8.csv",
+    paper_csv="attention-alignment-tables/table8.csv", shared_rows=("log",), paper_reference="T5-XL-LM",
 )
 
 TABLE9 = TableSpec(
     "aa_table9", "Paper A, Table 9: temperatures of the retrieval tasks",
     _retrieval("tau"), methods=TAU_METHODS, avg=False, digits=2, paper_csv="attention-alignment-tables/table9.csv",
+    shared_rows=("log",),
 )
 
 TABLE10 = TableSpec(
@@ -137,13 +138,13 @@ TABLE10 = TableSpec(
     tuple(Column("Multi-document Question Answering", "mdqa", f"{n}docs@0", "tau", header=f"{n} Docs")
           for n in (10, 20, 30)),
     methods=TAU_METHODS, avg=False, digits=2, paper_csv="attention-alignment-tables/table10.csv",
-    paper_header_rows=2,
+    paper_header_rows=2, shared_rows=("log",),
 )
 
 TABLE11 = TableSpec(
     "aa_table11", "Paper A, Table 11: temperatures of code completion",
     cols("Sequence Length (L_ex)", "code_completion", CODE_SETTINGS, "tau"), methods=TAU_METHODS, avg=False,
-    digits=2, paper_csv="attention-alignment-tables/table11.csv",
+    digits=2, paper_csv="attention-alignment-tables/table11.csv", shared_rows=("log",), paper_reference="CodeT5+",
 )
 
 PAPER_A_SPECS: list[TableSpec] = [TABLE1, TABLE3, TABLE4, TABLE5, TABLE6_EM, TABLE6_ES, TABLE7, TABLE8, TABLE9,

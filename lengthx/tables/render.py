@@ -34,6 +34,7 @@ def model_info() -> dict[str, dict[str, str]]:
         raw = OmegaConf.load(path)
         out[str(raw.name)] = {"display": str(raw.get("display") or raw.name),
                               "paper_role": str(raw.get("paper_role") or raw.get("display") or raw.name),
+                              "stand_in": "yes" if raw.get("paper_role") else "",
                               "pe": str(raw.get("pe", "")),
                               "paper_b_role": str(raw.get("paper_b_role") or raw.get("display") or raw.name)}
     return out
@@ -126,11 +127,16 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False) -> Re
     published = read_paper_table(spec) if compare_paper else []
     body: list[tuple[str, list[str], bool]] = []  # (label, cells, is_model_row)
     missing: list[str] = []
+    compared: list[str] = []
     for model in models:
         meta = info.get(model, {})
         role = {"pe": meta.get("pe", ""), "model_b": meta.get("paper_b_role", model)}.get(
             spec.paper_key, meta.get("paper_role", model))
         display = meta.get("display", model)
+        if (published and meta.get("stand_in") and spec.paper_reference
+                and role not in {g for g, _, _ in published}):
+            role = spec.paper_reference  # a mini stand-in beside the model it stands in for in this table
+            compared.append(f"{display} is set beside the published {role}")
         plan: list[tuple[str, str | None, Row | None]] = (
             [(r.method, r.metric, r) for r in spec.rows] if spec.rows
             else [(m, None, None) for m in spec.methods + tuple(extra)])
@@ -172,7 +178,12 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False) -> Re
             groups[-1] = (c.group, groups[-1][1] + 1)
         else:
             groups.append((c.group, 1))
-    return Rendered(_latex(spec, groups, headers, body), _markdown(spec, groups, headers, body), missing)
+    markdown = _markdown(spec, groups, headers, body)
+    if compare_paper:
+        note = "; ".join(compared)
+        markdown += (f"\nOur value, then the published one in parentheses (– where ours is missing)"
+                     f"{'; ' + note if note else ''}.\n")
+    return Rendered(_latex(spec, groups, headers, body), markdown, missing)
 
 
 def _cells(spec: TableSpec, vals: list[float | None], published: Published, role: str, method: str,

@@ -55,6 +55,11 @@ class TableSpec:
     ``overflow`` (values above print ``>1k``), ``sig_digits_above`` (values at or above it lose their
     decimals), ``bold`` (headers whose best value per group is bold; the minimum if ``lower_is_better``),
     ``improvement`` ((method, baseline): a signed-difference row after the method's row).
+    ``shared_rows``: methods whose row the paper prints once, after the last model (paper A Tables 8-10:
+    τ = log_{L_ex} L_tr depends on the length only), so a planned cell of any model fills it.
+    ``paper_reference``: for ``--compare-paper``, the published model a stand-in (a model config with a
+    ``paper_role``, e.g. mini-t5 for Flan-T5-XL) is set beside when the table has no row for its role
+    (Table 3 has T5-LM models only, Tables 6/11-13 CodeT5+ only).
     """
 
     id: str
@@ -75,6 +80,8 @@ class TableSpec:
     improvement: tuple[str, str] | None = None
     paper_values: tuple[tuple[str, str, tuple[str, ...]], ...] = ()  # (paper model, method, values) from the text
     paper_key: str = "model"  # how the paper's CSV names row groups: "model" (grid CSVs) or "pe" (paper B)
+    shared_rows: tuple[str, ...] = ()  # methods the paper prints once for all models (log τ: L_ex, L_tr only)
+    paper_reference: str | None = None  # published row group a stand-in is compared with, if not its paper_role
 
     @property
     def tasks(self) -> set[str]:

@@ -1,0 +1,219 @@
+"""Paper A experiments (issue 4, acceptance 4-6): the dry runs list every cell of every paper-A table and the
+counts equal the published tables'; the LongChat row runs in its chat template; ``--compare-paper`` and the
+list of missing cells."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from lengthx.cli import CONF_DIR, _register_resolvers
+from lengthx.data.tokenizers import train_bpe_tokenizer
+from lengthx.results import ResultsStore
+from lengthx.runner import Runner, chat_prompt
+from lengthx.tables.paper_a import CODE_KEY, TABLE3, TABLE4
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = ROOT.parent / "shared" / "paper"
+PAPER_TABLES = PAPER / "attention-alignment-tables"
+LENGTHX = [sys.executable, "-m", "lengthx.cli"]
+needs_paper = pytest.mark.skipif(not PAPER_TABLES.is_dir(), reason="../shared/paper is not here")
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _lengthx(args: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    return subprocess.run(LENGTHX + args, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+
+
+def _listed(out: str) -> tuple[list[str], dict[str, int]]:
+    """(cell keys, cells per table id) from a dry run's output."""
+    cells = [line.split()[1] for line in out.splitlines() if line.startswith("cell ")]
+    counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^  (\S+)\s+(\d+) / ", out, re.M)}
+    return cells, counts
+
+
+def _published_numbers(path: Path, column: str | None = None) -> int:
+    """Numbers in a published grid CSV that are run cells: not in an "Avg." column, not an "Improvement"
+    row, not a header row ("Models"/"Criteria" first, or no number at all). Only ``column`` if given."""
+    rows = list(csv.reader(open(path, encoding="utf-8")))
+
+    def number(v: str) -> bool:
+        return bool(re.fullmatch(r"[+-]?\d+(\.\d+)?|>1k", v.strip()))
+
+    header = [r for r in rows if r[0] in ("Models", "Criteria")][-1]
+    n = 0
+    for row in rows:
+        if row[0] in ("Models", "Criteria", "Improvement"):
+            continue
+        for j, v in enumerate(row[1:], start=1):
+            if number(v) and header[j] != "Avg." and (column is None or header[j] == column):
+                n += 1
+    return n
+
+
+@pytest.fixture(scope="module")
+def paper_plan() -> str:
+    p = _lengthx(["plan", "profile=paper"])
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p.stdout
+
+
+@needs_paper
+def test_plan_lists_every_published_cell(paper_plan):
+    cells, counts = _listed(paper_plan)
+    assert len(cells) == len(set(cells))  # every cell listed once
+    by_csv = {"table1.csv": ["aa_table1"], "table3.csv": ["aa_table3"], "table4.csv": ["aa_table4"],
+              "table5.csv": ["aa_table5"], "table6_exact_match.csv": ["aa_table6_em"],
+              "table6_edit_similarity.csv": ["aa_table6_es"], "table7.csv": ["aa_table7"],
+              "table8.csv": ["aa_table8"], "table9.csv": ["aa_table9"], "table10.csv": ["aa_table10"],
+              "table11.csv": ["aa_table11"], "table12.csv": ["aa_table12"], "table13.csv": ["aa_table13"],
+              "table14.csv": ["aa_table14"], "table2.csv": []}
+    assert set(by_csv) == {p.name for p in PAPER_TABLES.glob("*.csv")}  # every published table is accounted for
+    assert _published_numbers(PAPER_TABLES / "table2.csv") == 0  # Table 2 lists PEs, no numbers
+    for name, ids in by_csv.items():
+        published = _published_numbers(PAPER_TABLES / name)
+        for table_id in ids:
+            if name == "table11.csv":
+                # Table 11's columns are bucket edges 1k…16k; the LCC buckets (Tables 12-13) stop at [15k, 16k),
+                # so its 16k column has no cell of its own
+                published -= _published_numbers(PAPER_TABLES / name, column="16k")
+            assert counts[table_id] == published, (table_id, counts[table_id], published)
+    # the issue's counts, spelled out: Table 3, 4, 5/14, 6/12/13 and the code key sentence of §5.4
+    assert (counts["aa_table3"], counts["aa_table4"], counts["aa_table14"], counts["aa_table12"]) == (60, 208, 180, 75)
+    text = (PAPER / "papers" / "attention-alignment.md").read_text(encoding="utf-8")
+    sentence = next(line for line in text.splitlines() if "average accuracy of 100 test cases" in line)
+    assert counts["aa_code_key"] == len(re.findall(r"(?:\*\*)?\d+(?:\*\*)? \(", sentence)) == 4
+
+
+def test_plan_cells_are_the_papers_models_methods_and_settings(paper_plan):
+    cells = [tuple(c.split("|")) for c in _listed(paper_plan)[0]]
+    retrieval = {c for c in cells if c[2] in ("topics", "lines", "passkey") and c[1] != "stats"}
+    flan = {f"flan-t5-{s}" for s in ("large", "xl", "xxl")}
+    assert {c[0] for c in retrieval} == flan | {"longchat-13b-16k"}
+    assert {c[1] for c in retrieval if c[0] == "longchat-13b-16k"} == {"none"}  # the baseline row only
+    assert {c[1] for c in retrieval if c[0] in flan} == {"none", "pmax", "entropy", "log"}
+    assert {c[3] for c in retrieval if c[2] == "lines"} == {"200", "300", "400", "500", "600", "680"}
+    assert {c[0] for c in cells if c[2] == "lm"} == {"t5-large-lm", "t5-xl-lm", "t5-xxl-lm"}
+    assert {c[1] for c in cells if c[2] == "code_completion"} == {"none", "pmax", "entropy", "log", "truncation"}
+    assert {(c[0], c[3]) for c in cells if c[1] == "stats"} >= {("flan-t5-xl", "L_tr"), ("flan-t5-xl", "55k")}
+
+
+def test_hydra_dry_run_lists_the_sweep_and_writes_nothing(paper_plan, tmp_path):
+    res = tmp_path / "res"
+    p = _lengthx(["run", "-m", "experiment=aa_table3", "profile=paper", f"results_dir={res}", "--dry-run"])
+    assert p.returncode == 0, p.stderr[-3000:]
+    cells, counts = _listed(p.stdout)
+    assert sorted(cells) == sorted(c for c in _listed(paper_plan)[0] if "|lm|" in c)
+    assert counts["aa_table3"] == 60 and "Launching 12 jobs" in p.stdout + p.stderr
+    assert not res.exists()  # no results, no Hydra output directory
+    # model= on the command line narrows the sweep; the mini profile runs mini-t5 at scaled lengths
+    p = _lengthx(["run", "-m", "experiment=aa_code_key", "model=mini-t5", "--dry-run"])
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert sorted(_listed(p.stdout)[0]) == [f"mini-t5|{m}|code_key|16k" for m in ("entropy", "log", "none", "pmax")]
+    assert "(5333 tokens)" in p.stdout  # 16000 × L_tr 256 / 768
+
+
+# ---- LongChat: the llama family in its chat template (Table 4's baseline row) --------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_llama_dir(tmp_path_factory) -> str:
+    """A 2-layer LlamaForCausalLM from a config with a byte-level BPE trained here (nothing downloaded)."""
+    path = tmp_path_factory.mktemp("tiny-llama")
+    texts = ["There is an important info hidden inside a lot of irrelevant text. The pass key is 12345. "
+             "The grass is green. The sky is blue. USER: ASSISTANT: What is the pass key?"] * 20
+    tok = train_bpe_tokenizer(texts, vocab_size=320)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=4096,
+                      bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    LlamaForCausalLM(cfg).eval().save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def test_longchat_prompts_are_wrapped_in_its_chat_template(tiny_llama_dir, tmp_path):
+    _register_resolvers()
+    overrides = ["model=longchat-13b-16k", f"model.path={tiny_llama_dir}", "model.l_tr=64", "task=passkey",
+                 "method=none", "task.num_examples=2", "task.settings=[150]", f"results_dir={tmp_path}",
+                 "batch_size=2", "device=cpu"]
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=overrides)
+    assert cfg.model.chat_template == "USER: {prompt} ASSISTANT:"  # conf/model/longchat-13b-16k.yaml
+    runner = Runner(cfg)
+    fed: list[torch.Tensor] = []
+    runner.loaded.model.register_forward_pre_hook(
+        lambda _m, args, kwargs: fed.append((kwargs.get("input_ids") if kwargs.get("input_ids") is not None
+                                             else args[0]).clone()), with_kwargs=True)
+    summary = runner.run()
+    assert [s["status"] for s in summary] == ["ok"]
+    tok = runner.loaded.tokenizer
+    first = [tok.decode(row, skip_special_tokens=True) for row in fed[0]]  # the prompt step of generation
+    raw = runner.task.examples(runner.settings()[0], tok, 2, int(cfg.task.seed))
+    assert first == [f"USER: {e.prompt} ASSISTANT:" for e in raw]
+    records = [json.loads(x) for x in next((tmp_path / "records").glob("*.jsonl")).read_text().splitlines()]
+    for rec, e in zip(records, raw, strict=True):
+        assert rec["requested_tokens"] == 150 and abs(e.actual_tokens - 150) <= 3  # the task prompt is fitted
+        assert rec["actual_tokens"] == len(tok(f"USER: {e.prompt} ASSISTANT:")["input_ids"])
+        assert rec["meta"]["chat_template"] == "USER: {prompt} ASSISTANT:"
+
+
+def test_longchat_runs_through_the_cli(tiny_llama_dir, tmp_path):
+    p = _lengthx(["run", "model=longchat-13b-16k", f"model.path={tiny_llama_dir}", "model.l_tr=64",
+                  "task=lines", "method=none", "task.num_examples=2", "task.settings=[3]", f"results_dir={tmp_path}"])
+    assert p.returncode == 0, p.stderr[-3000:]
+    df = ResultsStore(tmp_path).read()
+    assert set(df["model"]) == {"longchat-13b-16k"} and (df["status"] == "ok").all()
+
+
+def test_chat_template_needs_one_prompt_slot():
+    assert chat_prompt("USER: {prompt} ASSISTANT:", "hi", "m") == "USER: hi ASSISTANT:"
+    with pytest.raises(ValueError, match=r"model.chat_template of model 'm' must contain '\{prompt\}'"):
+        chat_prompt("USER: ASSISTANT:", "hi", "m")
+
+
+# ---- tables: missing cells listed, the published value beside ours ------------------------------------
+
+
+def _rows(model: str, task: str, metric: str, values: dict[str, float], method: str = "none") -> list[dict]:
+    return [{"model": model, "method": method, "task": task, "setting": s, "metric": metric, "value": v,
+             "status": "ok", "timestamp": "t"} for s, v in values.items()]
+
+
+def test_missing_cells_are_listed():
+    from lengthx.tables import render
+
+    df = pd.DataFrame(_rows("mini-t5", "passkey", "accuracy", {"20k": 100.0, "55k": 90.0}))
+    out = render(TABLE4, df)
+    assert "mini-t5 / none / passkey: 30k, 40k, 50k" in out.missing
+    assert "mini-t5 / none / topics: 5, 10, 15, 20, 25" in out.missing
+    assert "mini-t5 / pmax / lines: 200, 300, 400, 500, 600, 680" in out.missing
+    row = next(line for line in out.markdown.splitlines() if line.startswith("| **mini-T5**")).split("|")[1:-1]
+    assert [c.strip() for c in row[12:18]] == ["100", "", "", "", "90", ""]  # Avg. empty: not every cell ran
+
+
+@needs_paper
+def test_compare_paper_sets_a_stand_in_beside_its_reference():
+    from lengthx.tables import render
+
+    df = pd.DataFrame(_rows("mini-t5", "lm", "perplexity", {"1024": 12.34, "2048": 2000.0}))
+    out = render(TABLE3, df, compare_paper=True)
+    row = next(line for line in out.markdown.splitlines() if line.startswith("| **mini-T5**")).split("|")[1:-1]
+    # mini-t5 stands in for Flan-T5-XL, which Table 3 does not have: its T5 reference there is T5-XL-LM
+    assert [c.strip() for c in row[1:4]] == ["12.3 (28.3)", ">1k (>1k)", "– (>1k)"]
+    assert "mini-T5 is set beside the published T5-XL-LM" in out.markdown
+    df = pd.DataFrame(_rows("mini-t5", "code_key", "accuracy", {"16k": 40.0}, method="pmax"))
+    out = render(CODE_KEY, df, compare_paper=True)
+    assert "40 (87)" in out.markdown  # §5.4's sentence, P_max row
