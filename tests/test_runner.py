@@ -105,7 +105,8 @@ def test_unknown_names_fail_with_the_valid_list():
 
 
 def test_absent_model_names_hub_id_and_path(tmp_path):
-    p = _run(["run", "model=flan-t5-large", f"results_dir={tmp_path}"])
+    # the paper profile (the mini profile runs flan-t5-large as its shipped stand-in, mini-t5)
+    p = _run(["run", "model=flan-t5-large", "profile=paper", f"results_dir={tmp_path}"])
     assert p.returncode == 2
     assert "flan-t5-large" in p.stderr and "google/flan-t5-large" in p.stderr and "model.path=" in p.stderr
     assert "Traceback" not in p.stderr
