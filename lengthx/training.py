@@ -352,11 +352,16 @@ def make_plan(
     max_steps: int | None = None,
     warmup_ratio: float = 0.01,
     warmup_steps: int | None = None,
+    budget_fraction: float = 1.0,
 ) -> TrainPlan:
-    """Steps and sequences of a run; ``max_steps`` caps the run (the schedule follows the cap)."""
+    """Steps and sequences of a run; ``max_steps`` caps the run (the schedule follows the cap).
+
+    ``budget_fraction`` scales the default epochs of every method alike (so budgets stay equal): 0.1 trains
+    on a random tenth of the pieces, drawn from the whole corpus.
+    """
     if l_e < l_t:
         raise ValueError(f"L_e={l_e} must be at least L_t={l_t}")
-    ep = float(epochs) if epochs else default_epochs(method, l_t, l_e)
+    ep = float(epochs) if epochs else default_epochs(method, l_t, l_e) * float(budget_fraction)
     global_batch = int(batch_size) * int(grad_accum) * int(world_size)
     total = int(round(ep * pieces))
     steps = total // global_batch
@@ -663,6 +668,7 @@ def train(cfg: DictConfig) -> TrainResult:
         tc.get("max_steps"),
         float(tc.get("warmup_ratio", 0.01)),
         tc.get("warmup_steps"),
+        float(tc.get("budget_fraction") or 1.0),
     )
     # the output directory is touched only once model, data and plan are known to be valid
     out = spec.output_dir

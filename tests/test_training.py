@@ -120,6 +120,8 @@ def overrides(models, corpus, tmp_path, model="gpt2", method="chunk-0.25", out="
         "train.progress=false",
         "train.batch_size=2",
         "train.save_every=0",
+        "train.budget_fraction=1.0",  # the whole (tiny) corpus; profile=mini trains on a tenth of its own
+        "train.lr=3e-4",
     ]
     return ov + [f"{k}={v}" for k, v in extra.items()]
 
@@ -137,6 +139,10 @@ def test_compute_equivalent_budgets():
     da = make_plan(SegmentMethod.parse("da"), 1024, 1024, pieces=256, batch_size=4, grad_accum=2)
     assert da.epochs == 1.0 and da.tokens == 256 * 1024
     assert make_plan(SegmentMethod.parse("chunk-0.25"), 16, 64, 100, 2, 1, max_steps=5).steps == 5
+    tenth = {m: make_plan(SegmentMethod.parse(m), 1024, 4096, pieces=640, batch_size=4, grad_accum=2,
+                          budget_fraction=0.1) for m in ("chunk-0.25", "prefix-0.5", "full")}
+    assert {p.tokens for p in tenth.values()} == {64 * 4096}, "a fraction keeps the budgets equal"
+    assert tenth["chunk-0.25"].epochs == pytest.approx(0.4)
     with pytest.raises(ValueError, match="fewer than one global batch"):
         make_plan(SegmentMethod.parse("full"), 16, 64, pieces=3, batch_size=4, grad_accum=1)
 
