@@ -76,9 +76,12 @@ reproduce-mini-a: install
 reproduce-mini-b: install
 	$(call SB_RECIPE,mini,$(SB_MINI_ARGS))
 
+# then every table (plain and beside the paper), the figures, and the README's result blocks from them
 reproduce-mini: reproduce-mini-a reproduce-mini-b
 	$(LX) tables
+	$(LX) tables --compare-paper
 	$(LX) figures
+	$(BIN)/python -m lengthx.tables.readme README.md
 
 # The paper profile: needs hub access (or a local cache) and a GPU. Resumable: rerun to continue.
 # Paper A: one experiment per table (conf/experiment/aa_*.yaml), the paper's models × methods × settings;
