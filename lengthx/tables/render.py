@@ -123,7 +123,8 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False) -> Re
     models = [m for m in spec.models if m in present] if spec.models else sorted(present)
     metrics = {c.metric for c in spec.columns}
     extra = sorted({me.split("@")[0] for (m, me, t, _, mt) in index
-                    if t in spec.tasks and mt in metrics} - set(spec.methods) - {"stats", "none"})
+                    if t in spec.tasks and mt in metrics} - set(spec.methods) - {"stats", "none"}) \
+        if spec.extra_methods else []
     published = read_paper_table(spec) if compare_paper else []
     body: list[tuple[str, list[str], bool]] = []  # (label, cells, is_model_row)
     missing: list[str] = []

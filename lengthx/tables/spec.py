@@ -82,6 +82,7 @@ class TableSpec:
     paper_key: str = "model"  # how the paper's CSV names row groups: "model" (grid CSVs) or "pe" (paper B)
     shared_rows: tuple[str, ...] = ()  # methods the paper prints once for all models (log τ: L_ex, L_tr only)
     paper_reference: str | None = None  # published row group a stand-in is compared with, if not its paper_role
+    extra_methods: bool = True  # also a row for methods the results hold beyond ``methods`` (False: exactly those)
 
     @property
     def tasks(self) -> set[str]:
