@@ -37,18 +37,26 @@ bench: install
 tables: install
 	$(LX) tables
 
-# Paper A on the mini profile: every paper-A experiment (conf/experiment/aa_*.yaml) with mini-t5 on CPU,
-# AA_MINI_ARGS examples per setting (AA_MINI_ARGS= runs the profile's 10 and 2 calibration examples).
-# Expected time with the defaults: about 1 h on one CPU core (method none of all seven tasks at 10
-# examples took ~25 min; the temperature methods add Algorithm 1's grid). Resumable: rerun to continue.
-# `make reproduce-mini AA_DRY_RUN=--dry-run` lists the cells instead of running them.
-AA_MINI_ARGS ?= task.num_examples=4 calibration.num_examples=1
+# Paper A on the mini profile: every paper-A experiment (conf/experiment/aa_*.yaml) with mini-t5 on CPU, on
+# each task's shortest and longest setting (the extremes of its extrapolation; AA_MINI_SLICE= runs them all)
+# with 10 examples per setting and 1 calibration example for Algorithm 1. The method-none cells of
+# `lengthx run task=<each> method=none` are reused. Expected time: about 1.5 h on one CPU core (measured:
+# a P_max cell at 5.4k tokens takes ~200 s, ~180 s of it Algorithm 1's 11-point grid; all seven tasks with
+# method none took ~40 min). Resumable: rerun to continue. AA_DRY_RUN=--dry-run lists the cells instead.
+, := ,
+AA_MINI_ARGS  ?= calibration.num_examples=1
+AA_MINI_SLICE ?= 1
+aa_only = $(if $(AA_MINI_SLICE),'task.only=[$(1)]')
 define AA_MINI_RECIPE
-$(LX) stats -m experiment=aa_table1 $(AA_MINI_ARGS) $(AA_DRY_RUN)
-$(LX) run -m experiment=aa_table3 $(AA_MINI_ARGS) $(AA_DRY_RUN)
-$(LX) run -m experiment=aa_table4 $(AA_MINI_ARGS) $(AA_DRY_RUN)
-$(LX) run -m experiment=aa_table5 $(AA_MINI_ARGS) $(AA_DRY_RUN)
-$(LX) run -m experiment=aa_table6 $(AA_MINI_ARGS) $(AA_DRY_RUN)
+$(LX) stats -m experiment=aa_table1 task=topics $(call aa_only,25) $(AA_DRY_RUN)
+$(LX) stats -m experiment=aa_table1 task=lines $(call aa_only,680) $(AA_DRY_RUN)
+$(LX) stats -m experiment=aa_table1 task=passkey $(call aa_only,55k) $(AA_DRY_RUN)
+$(LX) run -m experiment=aa_table3 $(call aa_only,1024$(,)15000) $(AA_MINI_ARGS) $(AA_DRY_RUN)
+$(LX) run -m experiment=aa_table4 task=topics $(call aa_only,5$(,)25) $(AA_MINI_ARGS) $(AA_DRY_RUN)
+$(LX) run -m experiment=aa_table4 task=lines $(call aa_only,200$(,)680) $(AA_MINI_ARGS) $(AA_DRY_RUN)
+$(LX) run -m experiment=aa_table4 task=passkey $(call aa_only,20k$(,)55k) $(AA_MINI_ARGS) $(AA_DRY_RUN)
+$(LX) run -m experiment=aa_table5 $(call aa_only,10docs@0$(,)30docs@29) $(AA_MINI_ARGS) $(AA_DRY_RUN)
+$(LX) run -m experiment=aa_table6 $(call aa_only,1k$(,)15k) $(AA_MINI_ARGS) $(AA_DRY_RUN)
 $(LX) run -m experiment=aa_code_key $(AA_MINI_ARGS) $(AA_DRY_RUN)
 endef
 

@@ -279,4 +279,5 @@ def tables_main(argv: list[str]) -> None:
             print(f"cells of {spec.id} with no result yet (model / method / task: settings):")
             for m in r.missing:
                 print(f"  - {m}")
-        print(f"wrote {out / spec.id}{suffix}.{{tex,md}}\n")
+        ext = {"latex": "tex", "markdown": "md", "both": "{tex,md}"}[args.format]
+        print(f"wrote {out / spec.id}{suffix}.{ext}\n")
