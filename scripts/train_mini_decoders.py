@@ -160,6 +160,7 @@ def pretrain(family: str, args: argparse.Namespace, tokenizer, seqs, unigram) ->
         f"seed={args.seed}", "data.source=stdlib", "data.max_docs=null", f"data.test_percent={TEST_PERCENT}",
         f"train.output_dir={work / 'run'}", f"train.max_steps={args.steps}", f"train.batch_size={args.batch_size}",
         f"train.lr={args.lr}", "train.warmup_ratio=0.05", "train.save_every=250", "train.precision=no",
+        "train.budget_fraction=1.0", "train.epochs=null", "train.grad_accum=1",  # not the profile's budget
         f"train.progress={str(not args.quiet).lower()}",
     ])
     start = time.time()

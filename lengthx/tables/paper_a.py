@@ -143,7 +143,7 @@ TABLE10 = TableSpec(
 
 TABLE11 = TableSpec(
     "aa_table11", "Paper A, Table 11: temperatures of code completion",
-    cols("Sequence Length (L_ex)", "code_completion", CODE_SETTINGS, "tau"), methods=TAU_METHODS, avg=False,
+    cols("Sequence Length (L_ex)", "code_completion", [*CODE_SETTINGS, "16k"], "tau"), methods=TAU_METHODS, avg=False,
     digits=2, paper_csv="attention-alignment-tables/table11.csv", shared_rows=("log",), paper_reference="CodeT5+",
 )
 
