@@ -7,7 +7,15 @@ import pytest
 import torch
 from conftest import tiny_t5
 
-from lengthx.attention.stats import EXP_FLOOR, AttentionStats, softmax_stats_
+from lengthx.attention import t5_efficient
+from lengthx.attention.stats import (
+    EXP_FLOOR,
+    AttentionStats,
+    row_dot,
+    softmax_stats_,
+    softmax_sums_,
+    stats_from_sums,
+)
 from lengthx.attention.t5_efficient import enable_efficient_t5
 from lengthx.attention.temperature import set_temperature
 from lengthx.models.families import get_family
@@ -174,3 +182,104 @@ def test_softmax_stats_identity():
     wide, weights = torch.randn(4, 2000, generator=g) * 60, torch.empty(4, 2000)
     softmax_stats_(wide, weights)
     assert bool((weights >= torch.finfo(torch.float32).tiny).all()) and wide.min() >= EXP_FLOOR
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_fused_entropy_matches_naive_softmax(dtype):
+    """The in-place pass of the explicit path (e in place, s − m in a scratch buffer, Σ e·(s − m) as a fused
+    row dot) gives −Σ p log p and max p of a naive float64 softmax, on random blocks with masked keys
+    (additive finfo.min and −inf), a wide score spread, and fp16/bf16 scores taken to fp32 as the path does;
+    filling a block chunk by chunk through the out= buffers gives the same sums as one call."""
+    g = torch.Generator().manual_seed(5)
+    s = (torch.randn(3, 7, 300, generator=g) * torch.tensor([1.0, 8.0, 40.0])[:, None, None]).to(dtype)
+    s[0, :, 250:] = torch.finfo(dtype).min  # additive padding mask
+    s[1, 2:5, ::3] = -torch.inf  # masked keys at −inf
+    s32 = s.float()
+    p = torch.softmax(s32.double(), -1)
+    naive_entropy = -(p * torch.log(p.clamp_min(1e-300))).sum(-1)
+    scratch = torch.empty_like(s32)
+    e, z, w = softmax_sums_(x := s32.clone(), scratch)
+    assert e.data_ptr() == x.data_ptr()  # the probabilities are left in place, like the plain softmax
+    pmax, entropy = stats_from_sums(z, w)
+    assert torch.allclose((e / z[..., None]).double(), p, atol=1e-6)
+    assert torch.allclose(pmax.double(), p.amax(-1), atol=1e-6)
+    assert torch.allclose(entropy.double(), naive_entropy, atol=2e-5, rtol=1e-5)
+    # the denormal guard: every weight is a normal number, every shifted score at or above the floor
+    assert bool((e >= torch.finfo(torch.float32).tiny).all()) and scratch.min() >= EXP_FLOOR
+    # the same numbers as softmax_stats_ (out of place, used by the autograd path)
+    e2, z2, pmax2, entropy2 = softmax_stats_(s32.clone())
+    assert torch.equal(e2, e) and torch.equal(z2, z) and torch.allclose(entropy2, entropy, atol=1e-6)
+    # chunk by chunk into preallocated row buffers
+    rows = s32.reshape(-1, 300)
+    zc, wc, tc = torch.empty(rows.shape[0]), torch.empty(rows.shape[0]), torch.empty(4, 300)
+    xc = rows.clone()
+    for c0 in range(0, rows.shape[0], 4):
+        c1 = min(c0 + 4, rows.shape[0])
+        softmax_sums_(xc[c0:c1], tc[: c1 - c0], zc[c0:c1], wc[c0:c1])
+    assert torch.equal(xc, e.reshape(-1, 300)) and torch.equal(zc, z.reshape(-1))
+    assert torch.allclose(wc, w.reshape(-1), rtol=1e-6, atol=1e-6)
+
+
+def test_row_dot_paths():
+    """The NumPy fast path, its out= form and the torch fallbacks (half precision, autograd) agree."""
+    g = torch.Generator().manual_seed(6)
+    a, b = torch.randn(3, 4, 1000, generator=g), torch.rand(3, 4, 1000, generator=g)
+    ref = (a.double() * b.double()).sum(-1)
+    assert torch.allclose(row_dot(a, b).double(), ref, rtol=1e-5, atol=1e-4)
+    out = torch.empty(3, 4)
+    assert row_dot(a, b, out=out) is out and torch.allclose(out.double(), ref, rtol=1e-5, atol=1e-4)
+    assert torch.allclose(row_dot(a.half(), b.half()).double(), ref, rtol=1e-2, atol=0.5)
+    ag = a.clone().requires_grad_()
+    row_dot(ag, b).sum().backward()
+    assert torch.allclose(ag.grad, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("holes", [False, True])
+def test_chunked_explicit_path_stats(monkeypatch, dtype, holes):
+    """Tiles of a few rows, split into chunks of one or two rows (the CPU layout at long lengths): the
+    statistics match the naive reference, and capturing them leaves the attention output bit-identical."""
+    monkeypatch.setattr(t5_efficient, "BLOCK_ELEMENTS", 5 * 60)
+    monkeypatch.setattr(t5_efficient, "MIN_BLOCK_ROWS", 5)
+    monkeypatch.setattr(t5_efficient, "CHUNK_ELEMENTS", 2 * 60 - 1)
+    ids, mask = _padded(holes=holes)
+    tau = 0.8
+    model = tiny_t5().to(dtype)
+    enable_efficient_t5(model, mode="always", backend="explicit")  # the explicit path also without stats
+    modules = get_family("t5").temperature_modules(model, "encoder")
+    set_temperature(modules, tau)
+    with torch.no_grad():
+        plain = model.encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+        with AttentionStats(modules) as stats:
+            captured = model.encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+        probs, _ = _reference(model.float(), ids, mask, tau)
+    assert torch.equal(plain, captured)
+    pm_ref, en_ref = _naive_means(probs, mask)
+    tol = 1e-5 if dtype == torch.float32 else 5e-2
+    assert torch.allclose(stats.pmax(), pm_ref, atol=tol)
+    assert torch.allclose(stats.entropy(), en_ref, atol=10 * tol)
+
+
+@pytest.mark.parametrize("with_stats", [False, True])
+def test_explicit_path_row_dependent_mask(monkeypatch, with_stats):
+    """A mask that differs between query rows (not a padding mask) is added chunk by chunk with the right
+    rows: the output and the statistics equal a naive softmax((QKᵀ·scaling + bias)/τ + mask)·V."""
+    monkeypatch.setattr(t5_efficient, "BLOCK_ELEMENTS", 4 * 23)
+    monkeypatch.setattr(t5_efficient, "MIN_BLOCK_ROWS", 4)
+    monkeypatch.setattr(t5_efficient, "CHUNK_ELEMENTS", 2 * 23)
+    g = torch.Generator().manual_seed(7)
+    b, h, n, d, tau = 2, 3, 23, 8, 0.9
+    q, k, v = (torch.randn(b, h, n, d, generator=g) for _ in range(3))
+    table = torch.randn(h, 2 * n - 1, generator=g) * 2
+    keep = (torch.rand(b, 1, n, n, generator=g) > 0.4) | torch.eye(n, dtype=torch.bool)  # own key kept
+    mask = torch.zeros(b, 1, n, n).masked_fill(~keep, torch.finfo(torch.float32).min)
+    module = torch.nn.Module().eval()
+    stats = AttentionStats([module]) if with_stats else None
+    out = t5_efficient.RelativeBiasTable(table, n, n, backend="explicit").attend(
+        module, q, k, v, mask, scaling=0.5, tau=tau, stats=stats)
+    dense = t5_efficient.RelativeBiasTable(table, n, n).dense()
+    p = torch.softmax((q @ k.transpose(-1, -2) * 0.5 + dense) / tau + mask, -1)
+    assert torch.allclose(out, (p @ v).transpose(1, 2), atol=1e-5)
+    if with_stats:
+        assert torch.allclose(stats.pmax()[0], p.amax(-1).mean((0, 2)).double(), atol=1e-6)
+        assert torch.allclose(stats.entropy()[0], torch.special.entr(p).sum(-1).mean((0, 2)).double(), atol=1e-5)

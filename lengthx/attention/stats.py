@@ -10,7 +10,8 @@ Two families of statistics:
 * **P_max and entropy** (Algorithm 1's FindS) of softmax(l/τ), per (layer, head), averaged over valid query
   rows. From a block of scores s (already divided by τ, masked keys at −∞) with row maximum m and
   Z = Σ exp(s − m): P_max = 1/Z and H = log Z − Σ exp(s − m)(s − m) / Z, so both come almost free once the
-  scores exist (:func:`softmax_stats_`).
+  scores exist (:func:`softmax_stats_`; :func:`softmax_sums_` is the in-place form the T5 explicit path uses
+  chunk by chunk: the extra cost over a plain softmax is one out-of-place shift and one fused row dot).
 * **The average logit vector of one layer** (opt-in, layer 0 by default; Propositions 1-2, Table 7,
   Figures 2/5): sort each of the H×L pre-softmax logit vectors l = QKᵀ·scaling + bias (one per head and
   valid query row, over the valid keys only), average them entry-wise and shift the result to zero mean.
@@ -33,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from lengthx.attention.temperature import STATS_ATTR
@@ -54,18 +56,73 @@ def softmax_stats_(
     """Unnormalised softmax of a score block plus P_max and entropy per row, mostly in place (DESIGN §9).
 
     ``scores`` (…, K) holds s = l/τ + mask (masked keys at a very negative finite value); it is
-    overwritten. Returns ``(e, z, pmax, entropy)`` with e = exp(max(s − m, EXP_FLOOR)) (written to
-    ``probs_out`` when given, a buffer shaped like ``scores``), z = Σ e, pmax = 1/z and
-    entropy = log z − Σ e(s − m)/z. The normalised probabilities are e / z[..., None].
+    overwritten with max(s − m, EXP_FLOOR). Returns ``(e, z, pmax, entropy)`` with
+    e = exp(max(s − m, EXP_FLOOR)) (written to ``probs_out`` when given, a buffer shaped like ``scores``),
+    z = Σ e, pmax = 1/z and entropy = log z − Σ e(s − m)/z. The normalised probabilities are e / z[..., None].
     """
     m = scores.amax(-1, keepdim=True)
     scores.sub_(m).clamp_(min=EXP_FLOOR)
     e = torch.exp(scores, out=probs_out) if probs_out is not None else torch.exp(scores)
     z = e.sum(-1)
-    weighted = scores.mul_(e).sum(-1)  # Σ e·(s − m); scores is no longer needed
-    pmax = z.reciprocal()
-    entropy = z.log() - weighted * pmax
+    pmax, entropy = stats_from_sums(z, row_dot(scores, e))
     return e, z, pmax, entropy
+
+
+def softmax_sums_(
+    scores: torch.Tensor,
+    shifted: torch.Tensor | None = None,
+    sums_out: torch.Tensor | None = None,
+    weighted_out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The passes of :func:`softmax_stats_` with the softmax in place: ``(e, z, Σ e·(s − m))`` per row.
+
+    ``scores`` (…, K) is overwritten with e = exp(max(s − m, EXP_FLOOR)), the unnormalised softmax, exactly
+    as a plain softmax path leaves it; the shifted scores max(s − m, EXP_FLOOR) go to ``shifted`` (a
+    scratch buffer shaped like ``scores``, small enough to stay in cache; a new tensor when None). Against a
+    plain in-place softmax (row max, shift, floor, exp, row sum) the statistics cost one out-of-place shift
+    and one fused read of both blocks (:func:`row_dot`, no product is materialised). ``sums_out`` and
+    ``weighted_out`` (…,) take z and the weighted sum when given, so a caller can fill a block's rows chunk
+    by chunk and finish with :func:`stats_from_sums` once.
+    """
+    m = scores.amax(-1, keepdim=True)
+    t = torch.sub(scores, m, out=shifted) if shifted is not None else scores - m
+    t.clamp_(min=EXP_FLOOR)
+    e = torch.exp(t, out=scores)
+    weighted = row_dot(t, e, out=weighted_out)  # first, while t and e are the most recently touched
+    z = e.sum(-1) if sums_out is None else torch.sum(e, -1, out=sums_out)
+    return e, z, weighted
+
+
+def stats_from_sums(z: torch.Tensor, weighted: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(P_max, entropy) = (1/z, log z − Σ e(s − m)/z) from the row sums of :func:`softmax_sums_`."""
+    pmax = z.reciprocal()
+    return pmax, z.log() - weighted * pmax
+
+
+_NP_VECDOT = getattr(np, "vecdot", None)  # NumPy >= 2
+_NP_DTYPES = (torch.float32, torch.float64)
+
+
+def row_dot(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Σ_k a[..., k]·b[..., k] without materialising the product (written to ``out`` (…,) when given).
+
+    On the CPU (fp32/fp64, no autograd) NumPy's ``vecdot`` reads both operands once per row (a BLAS dot:
+    ~2x faster than ``torch.linalg.vecdot``, which writes the product first, and as accurate, since
+    its SIMD lanes accumulate separately); otherwise ``torch.linalg.vecdot``. The checks are kept cheap:
+    the explicit attention path calls this once per chunk of rows.
+    """
+    if (_NP_VECDOT is not None and a.is_cpu and b.is_cpu and a.dtype in _NP_DTYPES and b.dtype == a.dtype
+            and not a.requires_grad and not b.requires_grad
+            and (out is None or (out.is_cpu and out.dtype == a.dtype and not out.requires_grad))):
+        try:
+            if out is not None:
+                _NP_VECDOT(a.numpy(), b.numpy(), out=out.numpy())
+                return out
+            return torch.from_numpy(np.asarray(_NP_VECDOT(a.numpy(), b.numpy())))
+        except ValueError:  # shapes that do not match: let torch broadcast or raise
+            pass
+    res = torch.linalg.vecdot(a, b)
+    return res if out is None else out.copy_(res)
 
 
 def validity_from_mask(
