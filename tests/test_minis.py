@@ -130,3 +130,27 @@ def test_accelerate_launch_cpu_trains_the_shipped_mini(tmp_path):
     meta = json.loads((out / "final" / "lengthx_train.json").read_text())
     assert meta["steps"] == 3 and meta["base_model"]["path"].endswith("mini-gpt2")
     assert meta["l_t"] == 128 and meta["l_e"] == 256 and meta["max_positions"] == 256  # wpe interpolated to L_e
+
+
+def test_out_of_the_box_rope_breaks_past_l_t_but_interpolated_ape_and_alibi_do_not():
+    """Paper B Figure 2's shape on the shipped minis: perplexity at 4L_t over that at L_t, 4 held-out sequences."""
+    from lengthx.models.loading import load_model
+    from lengthx.tasks.segmented_ppl import LengthState, SegmentedPPLTask, sequence_nll
+
+    def ppl(loaded, lengths, task, length: int) -> float:
+        lengths.set_length(loaded.model, length)
+        vals = []
+        for _, ids in task.sequences(loaded.tokenizer, length, 4):
+            nll, n = sequence_nll(loaded.model, ids.unsqueeze(0))
+            vals.append(math.exp(float(nll.sum()) / int(n.sum())))
+        return sum(vals) / len(vals)
+
+    ratio = {}
+    for model in ("gpt2", "pythia-160m", "bloom-1b1"):
+        cfg = apply_profile(compose_run(f"model={model}", "task=segmented_ppl"))
+        loaded = load_model(cfg.model, device="cpu", dtype="float32")
+        lengths = LengthState.capture(loaded.model, str(cfg.model.family))
+        task = SegmentedPPLTask(cfg.task, "mini")
+        ratio[model] = ppl(loaded, lengths, task, 512) / ppl(loaded, lengths, task, 128)
+    assert ratio["pythia-160m"] > 3, ratio  # RoPE past its training length
+    assert ratio["gpt2"] < 1.5 and ratio["bloom-1b1"] < 1.5, ratio  # APE interpolated 128 -> 512; ALiBi

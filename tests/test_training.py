@@ -415,3 +415,27 @@ def test_median_attention_past_l_t():
     med = median_attention_past(model, ids, 16).view(2, 8, 2 * 4)  # (layer, query, batch·head)
     expected = torch.tensor([1 / (q + 1) for q in range(16, 24)])
     assert torch.allclose(med, expected[None, :, None].expand_as(med), atol=1e-6)
+
+
+def test_text_factor_scores_the_same_text_at_every_length(corpus, tmp_path):
+    """task.text_factor: sequences of every length are cut from the same randomly drawn long pieces."""
+    from omegaconf import OmegaConf
+    from transformers import ByT5Tokenizer
+
+    from lengthx.tasks.segmented_ppl import SegmentedPPLTask
+
+    files = [str(f) for f in corpus]
+    cfg = OmegaConf.create({"seed": 0, "split": "test", "data": {
+        "source": "files", "files": files, "test_percent": 30, "cache_dir": str(tmp_path / "cache")}})
+    tok = ByT5Tokenizer()
+    task = SegmentedPPLTask(cfg, "mini", ref_length=4 * L_T)
+    long = task.sequences(tok, 4 * L_T, 3)
+    assert len(long) == 3 and all(ids.numel() == 4 * L_T for _, ids in long)
+    for length in (L_T, 2 * L_T):
+        short = task.sequences(tok, length, 3)
+        assert len(short) == 3 * (4 * L_T // length)
+        assert torch.equal(torch.cat([ids for _, ids in short]), torch.cat([ids for _, ids in long]))
+    first = SegmentedPPLTask(cfg, "mini").sequences(tok, 4 * L_T, 3)  # without: the first pieces, in order
+    everything = SegmentedPPLTask(cfg, "mini").sequences(tok, 4 * L_T, None)
+    assert [s for s, _ in first] == [s for s, _ in everything[:3]]
+    assert {s for s, _ in long} <= {s for s, _ in everything}

@@ -179,17 +179,34 @@ class SegmentedPPLTask:
     metrics = METRICS
     max_new_tokens = 0
 
-    def __init__(self, task_cfg: Any, profile: str = "mini"):
+    def __init__(self, task_cfg: Any, profile: str = "mini", ref_length: int | None = None):
         self.cfg = task_cfg
         self.profile = profile
+        self.ref_length = ref_length
 
     def sequences(self, tokenizer: Any, length: int, n: int | None) -> list[tuple[str, torch.Tensor]]:
-        """The first ``n`` (all when None) held-out ``length``-token sequences, in a fixed order."""
+        """The first ``n`` (all when None) held-out ``length``-token sequences, in a fixed order.
+
+        With ``ref_length`` (``task.text_factor`` × L_t) every length scores the same text instead: ``n``
+        held-out ``ref_length``-token pieces drawn at random (seeded by ``task.seed``), each cut into
+        ⌊ref_length / length⌋ consecutive ``length``-token sequences, so perplexities at different lengths
+        differ only by context and position, not by which files happen to be long enough.
+        """
         from lengthx.training import piece_dataset
 
+        if self.ref_length and self.ref_length > length:
+            return [
+                (f"{sid}/{j}", ids[j * length : (j + 1) * length])
+                for sid, ids in self.sequences(tokenizer, self.ref_length, n)
+                for j in range(self.ref_length // length)
+            ]
         pieces = piece_dataset(
             self.cfg.data, tokenizer, str(self.cfg.get("split") or "test"), length, self.profile
         )
+        if self.ref_length and n is not None and int(n) < len(pieces):
+            pick = torch.randperm(len(pieces), generator=torch.Generator().manual_seed(int(self.cfg.get("seed", 0))))
+            rows = pieces.select(sorted(pick[: int(n)].tolist()))
+            return [(f"{r['doc_id']}#{int(r['piece'])}", r["input_ids"].long()) for r in rows]
         count = len(pieces) if n is None else min(int(n), len(pieces))
         if count == 0:
             raise ValueError(
@@ -286,8 +303,9 @@ def run_task(cfg: Any, loaded: Any = None) -> list[dict[str, Any]]:
             )
         with open_dict(cfg.model):
             cfg.model.path = str(final)
-    task = SegmentedPPLTask(cfg.task, profile)
     l_t = int(cfg.task.get("l_t") or cfg.model.l_tr)
+    text_factor = cfg.task.get("text_factor")
+    task = SegmentedPPLTask(cfg.task, profile, int(round(float(text_factor) * l_t)) if text_factor else None)
     method = str(cfg.task.get("method_label") or method_label(cfg.model, l_t))
     fingerprint = _checkpoint_fingerprint(cfg.model)
     n = cfg.task.get("num_examples") or cfg.profile.get("num_examples") or cfg.task.get("paper_num_examples")
