@@ -565,6 +565,21 @@ def resolve_run(cfg: DictConfig) -> RunSpec:
     return RunSpec(method, label, l_t, l_e, Path(out), chash, relevant)
 
 
+def weights_fingerprint(path: str | None) -> str:
+    """Hash of a local checkpoint's weight files (name, size, first and last MiB); "" for a hub model."""
+    if not path or not Path(path).is_dir():
+        return ""
+    h = hashlib.sha256()
+    for p in sorted(q for q in Path(path).iterdir() if q.suffix in (".safetensors", ".bin")):
+        size = p.stat().st_size
+        h.update(f"{p.name}:{size}".encode())
+        with open(p, "rb") as fh:
+            h.update(fh.read(1 << 20))
+            fh.seek(max(0, size - (1 << 20)))
+            h.update(fh.read(1 << 20))
+    return h.hexdigest()[:12]
+
+
 RUNS_DIR = Path(os.environ.get("LENGTHX_RUNS", "runs"))
 
 
@@ -676,9 +691,16 @@ def train(cfg: DictConfig) -> TrainResult:
     if main:
         out.mkdir(parents=True, exist_ok=True)
         cfg_file = out / "train_config.json"
+        base_weights = weights_fingerprint(cfg.model.get("path"))
         if cfg_file.exists():
             old = json.loads(cfg_file.read_text())
-            if old.get("config_hash") != spec.config_hash:
+            if old.get("config_hash") == spec.config_hash and old.get("base_weights", base_weights) != base_weights \
+                    and not tc.get("overwrite", False):
+                raise FileExistsError(
+                    f"{out} was trained from other weights at {cfg.model.get('path')} (the base checkpoint "
+                    "changed since); remove the run or pass train.overwrite=true to train it again"
+                )
+            if old.get("config_hash") != spec.config_hash or old.get("base_weights", base_weights) != base_weights:
                 if not tc.get("overwrite", False):
                     raise FileExistsError(
                         f"{out} holds a run with another configuration (hash {old.get('config_hash')} vs "
@@ -687,9 +709,9 @@ def train(cfg: DictConfig) -> TrainResult:
                 shutil.rmtree(out / "checkpoints", ignore_errors=True)
                 (out / "curve.jsonl").unlink(missing_ok=True)
                 shutil.rmtree(out / "final", ignore_errors=True)
-        cfg_file.write_text(
-            json.dumps({"config_hash": spec.config_hash, "config": spec.config}, indent=1, default=str)
-        )
+        cfg_file.write_text(json.dumps(
+            {"config_hash": spec.config_hash, "base_weights": base_weights, "config": spec.config}, indent=1, default=str
+        ))
     accelerator.wait_for_everyone()
     optimizer = build_optimizer(
         model,

@@ -439,3 +439,20 @@ def test_text_factor_scores_the_same_text_at_every_length(corpus, tmp_path):
     everything = SegmentedPPLTask(cfg, "mini").sequences(tok, 4 * L_T, None)
     assert [s for s, _ in first] == [s for s, _ in everything[:3]]
     assert {s for s, _ in long} <= {s for s, _ in everything}
+
+
+def test_a_changed_base_checkpoint_is_not_resumed_silently(models, corpus, tmp_path):
+    """A run whose base weights changed since (a re-trained mini at the same path) stops with a clear error."""
+    base = tmp_path / "base"
+    shutil.copytree(models["gpt2"], base)
+    ov = overrides(models, corpus, tmp_path, method="da", out="da", **{"train.max_steps": 1})
+    ov = [o for o in ov if not o.startswith("model.path=")] + [f"model.path={base}"]
+    train(compose_train_config(ov))
+    again = train(compose_train_config(ov))  # same weights: a finished run, resumed at its last step
+    assert again.step == 1
+    from safetensors.torch import save_file
+
+    weights = load_file(base / "model.safetensors")
+    save_file({k: v + 0.01 for k, v in weights.items()}, base / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(FileExistsError, match="trained from other weights"):
+        train(compose_train_config(ov))

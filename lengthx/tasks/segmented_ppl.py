@@ -74,10 +74,12 @@ def method_label(model_cfg: Any, l_t: int) -> str:
 
 
 def _checkpoint_fingerprint(model_cfg: Any) -> str:
-    from lengthx.training import source_meta
+    """What identifies the scored weights: the training run's hash and steps, and the weight files themselves."""
+    from lengthx.training import source_meta, weights_fingerprint
 
     meta = source_meta(model_cfg)
-    return f"{meta.get('config_hash', '')}:{meta.get('steps', '')}" if meta else ""
+    run = f"{meta.get('config_hash', '')}:{meta.get('steps', '')}" if meta else ""
+    return f"{run}:{weights_fingerprint(model_cfg.get('path'))}"
 
 
 # ---- scoring --------------------------------------------------------------------------------------------
