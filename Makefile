@@ -75,8 +75,9 @@ $(LX) run -m profile=$(1) task=segmented_ppl model=gpt2-xl,pythia-1.4b,bloom-1b1
 $(LX) run -m profile=$(1) task=segmented_ppl model=gpt2-xl,bloom-1b1 task.run=da-1x $(2)
 endef
 # Mini profile: the shipped mini-gpt2 / mini-pythia / mini-bloom stand in for the paper's models (L_t = 128);
-# the token budget per run is conf/train/profile/mini.yaml's; 100 held-out sequences per length.
-SB_MINI_ARGS ?= task.num_examples=100
+# the token budget per run is conf/train/profile/mini.yaml's; every length scores the same held-out text
+# (60 random 5L_t-token pieces cut into L-token sequences: 300 at L_t, 120 at 2L_t, 60 at 4L_t and 5L_t).
+SB_MINI_ARGS ?= task.num_examples=60 task.text_factor=5
 
 reproduce-mini-a: install
 	$(AA_MINI_RECIPE)
