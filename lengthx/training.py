@@ -713,6 +713,13 @@ def train(cfg: DictConfig) -> TrainResult:
             {"config_hash": spec.config_hash, "base_weights": base_weights, "config": spec.config}, indent=1, default=str
         ))
     accelerator.wait_for_everyone()
+    done = out / "final" / META_FILE
+    if done.is_file():  # a finished run of this very config: nothing to train or export again
+        meta = json.loads(done.read_text())
+        if meta.get("config_hash") == spec.config_hash and int(meta.get("steps", -1)) == plan.steps:
+            log.info("%s is finished (%d steps); skipping", out, plan.steps)
+            accelerator.end_training()
+            return TrainResult(out, out / "final", plan, plan.steps, plan.steps, read_curve(out), main)
     optimizer = build_optimizer(
         model,
         float(tc.lr),
