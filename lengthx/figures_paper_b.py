@@ -36,9 +36,13 @@ def figure2_ootb(df: pd.DataFrame, out: Path, save) -> list[Path]:
     curves = {m: g.sort_values("factor") for m, g in rows.groupby("model") if g["factor"].nunique() >= 3}
     if not curves:
         return []
+    same: dict[tuple, list[str]] = {}  # models run by the same weights (profile=mini) share one curve
+    for model, g in sorted(curves.items()):
+        same.setdefault(tuple(zip(g["factor"], g["value"].round(6), strict=True)), []).append(model)
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
-    for i, (model, g) in enumerate(sorted(curves.items())):
-        ax.plot(g["factor"], g["value"], marker="o", color=f"C{i}", label=model)
+    for i, (points, models) in enumerate(same.items()):
+        xs, ys = zip(*points, strict=True)
+        ax.plot(xs, ys, marker="o", color=f"C{i}", label=" = ".join(models))
     ax.set_yscale("log")
     ax.set_xlabel(r"evaluation length ($\times L_t$)")
     ax.set_ylabel("perplexity (mean per sequence, log scale)")
