@@ -374,7 +374,8 @@ def run_task(cfg: Any, loaded: Any = None) -> list[dict[str, Any]]:
             torch.cuda.empty_cache()
     k = int(cfg.task.get("attention_medians") or 0)
     hist_file = Path(cfg.results_dir) / "attention" / f"{cfg.model.name}__{method}.json"
-    if k > 0 and not hist_file.is_file():  # Figure 3's data
+    stale = not hist_file.is_file() or json.loads(hist_file.read_text()).get("fingerprint") != fingerprint
+    if k > 0 and stale:  # Figure 3's data (again when the scored weights changed)
         if loaded is None:
             loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
         if lengths is None:
@@ -382,7 +383,7 @@ def run_task(cfg: Any, loaded: Any = None) -> list[dict[str, Any]]:
         factor = float(cfg.task.get("attention_factor") or 4)
         at = Setting(factor_label(factor), int(round(factor * l_t)), "tokens")
         hist = attention_histogram(loaded, task, at, l_t, k, lengths)
-        hist.update({"model": str(cfg.model.name), "method": method, "l_t": l_t})
+        hist.update({"model": str(cfg.model.name), "method": method, "l_t": l_t, "fingerprint": fingerprint})
         hist_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = hist_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(hist))
