@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lengthx.data.tokenizers import train_bpe_tokenizer  # noqa: E402
-from lengthx.tasks.segmented_ppl import SegmentedPPLTask, sequence_nll  # noqa: E402
+from lengthx.tasks.segmented_ppl import SegmentedPPLTask, perplexities, sequence_nll  # noqa: E402
 from lengthx.train_cli import compose_train_config  # noqa: E402
 from lengthx.training import stdlib_documents, train  # noqa: E402
 
@@ -96,13 +96,12 @@ def held_out_sequences(tokenizer, l_t: int, n: int) -> list[torch.Tensor]:
 
 def perplexity(model: torch.nn.Module, seqs: list[torch.Tensor]) -> tuple[float, float]:
     """(mean of per-sequence perplexities, token-weighted perplexity), as in ``task=segmented_ppl``."""
-    per_seq, total_nll, total_n = [], 0.0, 0
+    scored = []
     with torch.no_grad():
         for ids in seqs:
             nll, n = sequence_nll(model, ids.unsqueeze(0))
-            per_seq.append(math.exp(float(nll.sum()) / int(n.sum())))
-            total_nll, total_n = total_nll + float(nll.sum()), total_n + int(n.sum())
-    return sum(per_seq) / len(per_seq), math.exp(total_nll / total_n)
+            scored.append((float(nll.sum()), int(n.sum())))
+    return perplexities(scored)
 
 
 def unigram_perplexity(train_texts: list[str], tokenizer, seqs: list[torch.Tensor]) -> tuple[float, float]:
@@ -112,12 +111,8 @@ def unigram_perplexity(train_texts: list[str], tokenizer, seqs: list[torch.Tenso
         counts.update(tokenizer(text, add_special_tokens=False)["input_ids"])
     total, vocab = sum(counts.values()), len(tokenizer)
     logp = torch.tensor([math.log((counts.get(i, 0) + 1) / (total + vocab)) for i in range(vocab)])
-    per_seq, total_nll, total_n = [], 0.0, 0
-    for ids in seqs:
-        nll = -logp[ids[1:]]  # the models predict tokens 1..L-1
-        per_seq.append(math.exp(float(nll.mean())))
-        total_nll, total_n = total_nll + float(nll.sum()), total_n + nll.numel()
-    return sum(per_seq) / len(per_seq), math.exp(total_nll / total_n)
+    # the models predict tokens 1..L-1
+    return perplexities([(float(-logp[ids[1:]].sum()), ids.numel() - 1) for ids in seqs])
 
 
 def card(name: str, meta: dict) -> str:

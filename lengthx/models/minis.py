@@ -9,13 +9,14 @@ L_tr scale with the mini's. An explicit ``model.path=`` always wins; other profi
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf, open_dict
 
-CONF_MODEL_DIR = Path(os.environ.get("LENGTHX_CONF", Path(__file__).resolve().parents[2] / "conf")) / "model"
+from lengthx.cli import CONF_DIR
+
+CONF_MODEL_DIR = CONF_DIR / "model"
 
 
 def mini_config(name: str) -> Any:

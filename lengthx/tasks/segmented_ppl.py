@@ -269,10 +269,14 @@ def score_cell(
         ppls = [math.exp(s / c) for s, c in results.values()]
         bar.set_postfix(ppl=f"{sum(ppls) / len(ppls):.3f}")
     bar.close()
-    vals = [results[sid] for sid, _ in seqs]
-    mean_ppl = sum(math.exp(s / c) for s, c in vals) / len(vals)
-    tok_ppl = math.exp(sum(s for s, _ in vals) / sum(c for _, c in vals))
-    return {"ppl": mean_ppl, "ppl_tokens": tok_ppl, "n": len(vals), "note": note}
+    mean_ppl, tok_ppl = perplexities([results[sid] for sid, _ in seqs])
+    return {"ppl": mean_ppl, "ppl_tokens": tok_ppl, "n": len(seqs), "note": note}
+
+
+def perplexities(scored: list[tuple[float, int]]) -> tuple[float, float]:
+    """(mean of per-sequence perplexities, token-weighted perplexity) of (summed NLL, predicted tokens) pairs."""
+    mean_ppl = sum(math.exp(s / c) for s, c in scored) / len(scored)
+    return mean_ppl, math.exp(sum(s for s, _ in scored) / sum(c for _, c in scored))
 
 
 def run_task(cfg: Any, loaded: Any = None) -> list[dict[str, Any]]:
@@ -374,8 +378,8 @@ def run_task(cfg: Any, loaded: Any = None) -> list[dict[str, Any]]:
             torch.cuda.empty_cache()
     k = int(cfg.task.get("attention_medians") or 0)
     hist_file = Path(cfg.results_dir) / "attention" / f"{cfg.model.name}__{method}.json"
-    stale = not hist_file.is_file() or json.loads(hist_file.read_text()).get("fingerprint") != fingerprint
-    if k > 0 and stale:  # Figure 3's data (again when the scored weights changed)
+    if k > 0 and (not hist_file.is_file() or json.loads(hist_file.read_text()).get("fingerprint") != fingerprint):
+        # Figure 3's data (again when the scored weights changed)
         if loaded is None:
             loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
         if lengths is None:
