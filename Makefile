@@ -43,14 +43,19 @@ tables: install
 # `lengthx run task=<each> method=none` are reused. Expected time: about 1.5 h on one CPU core (measured:
 # a P_max cell at 5.4k tokens takes ~200 s, ~180 s of it Algorithm 1's 11-point grid; all seven tasks with
 # method none took ~40 min). Resumable: rerun to continue. AA_DRY_RUN=--dry-run lists the cells instead.
+# The last two lines add Table 8's extension rows (not in the paper): Props 1-2 as methods, and per-layer
+# Algorithm 1 (one τ per encoder layer, found by bisection: 6 layers x 11 grid points is ~35 min at 7.5k tokens).
 , := ,
 AA_MINI_ARGS  ?= calibration.num_examples=1
 AA_MINI_SLICE ?= 1
 aa_only = $(if $(AA_MINI_SLICE),'task.only=[$(1)]')
 define AA_MINI_RECIPE
-$(LX) stats -m experiment=aa_table1 task=topics $(call aa_only,25) $(AA_DRY_RUN)
-$(LX) stats -m experiment=aa_table1 task=lines $(call aa_only,680) $(AA_DRY_RUN)
+$(LX) stats -m experiment=aa_table1 task=topics $(call aa_only,5$(,)25) $(AA_DRY_RUN)
+$(LX) stats -m experiment=aa_table1 task=lines $(call aa_only,200$(,)680) $(AA_DRY_RUN)
 $(LX) stats -m experiment=aa_table1 task=passkey $(call aa_only,55k) $(AA_DRY_RUN)
+$(LX) stats -m experiment=aa_table1 task=lm $(call aa_only,1024$(,)15000) $(AA_DRY_RUN)
+$(LX) stats -m experiment=aa_table1 task=mdqa $(call aa_only,10docs@0$(,)30docs@29) $(AA_DRY_RUN)
+$(LX) stats -m experiment=aa_table1 task=code_completion $(call aa_only,1k$(,)15k) $(AA_DRY_RUN)
 $(LX) run -m experiment=aa_table3 $(call aa_only,1024$(,)15000) $(AA_MINI_ARGS) $(AA_DRY_RUN)
 $(LX) run -m experiment=aa_table4 task=topics $(call aa_only,5$(,)25) $(AA_MINI_ARGS) $(AA_DRY_RUN)
 $(LX) run -m experiment=aa_table4 task=lines $(call aa_only,200$(,)680) $(AA_MINI_ARGS) $(AA_DRY_RUN)
@@ -58,6 +63,8 @@ $(LX) run -m experiment=aa_table4 task=passkey $(call aa_only,20k$(,)55k) $(AA_M
 $(LX) run -m experiment=aa_table5 $(call aa_only,10docs@0$(,)30docs@29) $(AA_MINI_ARGS) $(AA_DRY_RUN)
 $(LX) run -m experiment=aa_table6 $(call aa_only,1k$(,)15k) $(AA_MINI_ARGS) $(AA_DRY_RUN)
 $(LX) run -m experiment=aa_code_key $(AA_MINI_ARGS) $(AA_DRY_RUN)
+$(LX) run -m experiment=aa_table3 method=prop1,prop2 $(call aa_only,1024$(,)15000) $(AA_MINI_ARGS) $(AA_DRY_RUN)
+$(LX) run -m experiment=aa_table3 method=pmax,entropy ++method.per_layer=true ++method.search=bisect $(call aa_only,1024$(,)15000) $(AA_MINI_ARGS) $(AA_DRY_RUN)
 endef
 
 # Paper B: continued pre-training (lengthx train, conf/train) of the paper's models, then perplexity at
