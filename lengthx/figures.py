@@ -98,8 +98,13 @@ def temperature_figure(df: pd.DataFrame, model: str, task: str, out: Path) -> li
     p1 = [prop1_temperature(l_tr, L, tr["l0_pmax"], tr["l0_sigma"], s) for L, s in zip(ext["L"], ext["l0_sigma"],
                                                                                          strict=True)]
     p2 = [prop2_temperature(l_tr, L, tr["l0_sigma"], s) for L, s in zip(ext["L"], ext["l0_sigma"], strict=True)]
-    ax.plot(ext["L"], p1, "-", color="C0", label="Prop. 1 (P_max)")
-    ax.plot(ext["L"], p2, "-", color="C1", label="Prop. 2 (entropy)")
+    # the propositions need layer 0's σ at L_ex, so they are drawn at the measured lengths only
+    ax.plot(ext["L"], p1, "-", marker=".", color="C0", label=r"Prop. 1 ($P_{\max}$)")
+    ax.plot(ext["L"], p2, "-", marker=".", color="C1", label="Prop. 2 (entropy)")
+    no_root = [L for L, t in zip(ext["L"], p1, strict=True) if math.isnan(t)]
+    if no_root:  # Aτ² − Bτ + C = 0 has no real root: the Gaussian approximation fails there (§5)
+        ax.text(0.02, 0.03, "Prop. 1: no real root at L_ex = " + ", ".join(f"{L:.0f}" for L in no_root), transform=ax.transAxes,
+                fontsize=8, color="C0")
     dense = np.linspace(l_tr, max(ext["L"].max(), l_tr * 1.01), 200)
     ax.plot(dense, [log_temperature(x, l_tr) for x in dense], "--", color="grey", label=r"$\log_{L} L_{tr}$")
     for method, marker, color, label in (("pmax", "x", "C0", r"Algorithm 1, $P_{\max}$"),

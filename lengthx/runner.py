@@ -303,7 +303,8 @@ class Runner:
             todo = []
             for ex in examples:
                 rec = done.get(ex.id)
-                if rec is not None and rec.get("prompt_hash") == ex.prompt_hash and rec.get("tau") == tau:
+                if (rec is not None and rec.get("prompt_hash") == ex.prompt_hash and rec.get("tau") == tau
+                        and rec.get("config_hash") == chash):  # same prompt, τ and cell configuration
                     scores.append(rec["scores"])
                     bar.update(1)
                 else:
@@ -318,7 +319,8 @@ class Runner:
                     chunk_scores = [self.task.score(o, e) for o, e in zip(outputs, chunk, strict=True)]
                 for ex, output, sc in zip(chunk, outputs, chunk_scores, strict=True):
                     self.store.append_record(cell.key, {
-                        "id": ex.id, "prompt_hash": ex.prompt_hash, "target": ex.target, "output": output,
+                        "id": ex.id, "prompt_hash": ex.prompt_hash, "config_hash": chash, "target": ex.target,
+                        "output": output,
                         "scores": sc, "tau": tau, "requested_tokens": ex.requested_tokens,
                         "actual_tokens": ex.actual_tokens, "meta": ex.meta})
                     scores.append(sc)

@@ -331,6 +331,18 @@ def test_other_families_train_and_evaluate(models, corpus, tmp_path, monkeypatch
     assert len(recs) == 3 and all(r["scores"]["tokens"] == 2 * L_T - 1 for r in recs.values())
     assert [s["status"] for s in evaluate("bloom-1b1", None, "task.run=prefix-0.5-4x", *medians)] == ["done"] * 3
 
+    # other weights under the same cell key are scored afresh, never from the earlier weights' records
+    from transformers import AutoModelForCausalLM
+
+    changed = AutoModelForCausalLM.from_pretrained(models["gpt2"])
+    with torch.no_grad():
+        changed.transformer.h[0].mlp.c_fc.weight.mul_(3.0)
+    shutil.copytree(models["gpt2"], tmp_path / "gpt2-changed")  # its tokenizer too
+    changed.save_pretrained(tmp_path / "gpt2-changed")
+    assert [s["status"] for s in evaluate("gpt2", str(tmp_path / "gpt2-changed"))] == ["ok"] * 3
+    ppl = ResultsStore(results).read().query("model == 'gpt2' and setting == '2L_t' and metric == 'ppl'")["value"]
+    assert len(ppl) == 2 and ppl.iloc[0] != pytest.approx(ppl.iloc[1], rel=1e-6)
+
     evaluate("bloom-1b1", models["bloom-1b1"], *medians)
     hists = {p.stem: json.loads(p.read_text()) for p in (results / "attention").glob("*.json")}
     assert set(hists) == {"bloom-1b1__prefix-0.5@4L_t", "bloom-1b1__ootb"}

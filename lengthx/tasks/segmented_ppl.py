@@ -232,8 +232,13 @@ def score_cell(
     n: int | None,
     batch_size: int,
     lengths: LengthState,
+    chash: str,
 ) -> dict[str, Any]:
-    """Score one setting, resuming from (and appending to) the cell's records; returns metrics and counts."""
+    """Score one setting, resuming from (and appending to) the cell's records; returns metrics and counts.
+
+    A record is reused only if it scored the same tokens under the same cell hash ``chash`` (which covers the
+    weights), so a retrained checkpoint at the same path never inherits its predecessor's losses.
+    """
     note = lengths.set_length(loaded.model, setting.value)
     seqs = task.sequences(loaded.tokenizer, setting.value, n)
     done = store.load_records(cell_key)
@@ -241,7 +246,7 @@ def score_cell(
     todo = []
     for sid, ids in seqs:
         rec = done.get(sid)
-        if rec is not None and rec.get("prompt_hash") == _token_hash(ids):
+        if rec is not None and rec.get("prompt_hash") == _token_hash(ids) and rec.get("config_hash") == chash:
             results[sid] = (float(rec["scores"]["nll"]), int(rec["scores"]["tokens"]))
         else:
             todo.append((sid, ids))
@@ -257,6 +262,7 @@ def score_cell(
                 {
                     "id": sid,
                     "prompt_hash": _token_hash(row),
+                    "config_hash": chash,
                     "target": None,
                     "output": None,
                     "scores": {"nll": s, "tokens": int(c), "ppl": math.exp(s / c)},
@@ -348,7 +354,8 @@ def run_task(cfg: Any, loaded: Any = None) -> list[dict[str, Any]]:
                 loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
             if lengths is None:
                 lengths = LengthState.capture(loaded.model, str(cfg.model.family))
-            res = score_cell(loaded, task, setting, store, key, n, int(cfg.get("batch_size") or 1), lengths)
+            res = score_cell(loaded, task, setting, store, key, n, int(cfg.get("batch_size") or 1), lengths,
+                             chash)
             rows = [
                 {
                     **base,
