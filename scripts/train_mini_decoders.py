@@ -50,14 +50,29 @@ MINIS = {
 TEST_PERCENT = 10  # the train/test split of `lengthx train` and `task=segmented_ppl` (data.test_percent)
 
 
+def half_turn_rope_theta(l_t: int, rotary_dims: int) -> float:
+    """The RoPE base whose slowest frequency turns half a circle over L_t: θ_min · L_t = π.
+
+    RoPE's angle θ_i·d between positions d apart has frequencies θ_i = base^(−2i/rotary_dims). Where the slowest
+    one has turned less than π by L_t, a head can read it as "older = lower score"; past L_t its cosine turns
+    back, far keys score like near ones, and perplexity breaks (paper B Figure 2). Pythia's base 10000 puts
+    its slowest used frequencies at 2.05 and 0.65 rad over 2048 tokens, and Pythia breaks just past L_t; at
+    L_t = 128 the same base leaves the mini's at 1.28 and 0.13 rad, and it held to 3L_t (measured). This base
+    puts the mini's slowest at π rad over L_t (140 for L_t = 128 and 8 rotary dimensions). It is an
+    empirical choice for the quarter-rotary mini: a variant rotating every dimension under the same rule
+    (base 52) barely degraded past L_t, so the break needs this partial-rotary geometry at this scale.
+    """
+    return (l_t / math.pi) ** (rotary_dims / (rotary_dims - 2))
+
+
 def build_model(
-    family: str, vocab: int, l_t: int, width: int, layers: int, heads: int, rotary_pct: float = 0.25
+    family: str, vocab: int, l_t: int, width: int, layers: int, heads: int, rotary_pct: float = 0.25,
+    rope_theta: float | None = None,
 ) -> torch.nn.Module:
     """A randomly initialised model of ``family`` with its positions sized for L_t, dropout off.
 
-    mini-pythia rotates a quarter of each head's dimensions, as Pythia does (``--rotary-pct``). A variant
-    rotating all of them degraded no more past L_t at this scale (per-position loss on the same text), so
-    the shipped mini keeps Pythia's choice.
+    mini-pythia rotates a quarter of each head's dimensions, as Pythia does (``--rotary-pct``), with the RoPE
+    base of :func:`half_turn_rope_theta` unless ``rope_theta`` is given.
     """
     from transformers import (
         BloomConfig,
@@ -69,13 +84,17 @@ def build_model(
     )
 
     ids = {"vocab_size": vocab, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}
+    if family == "pythia" and rope_theta is None:
+        rope_theta = half_turn_rope_theta(l_t, int(width // heads * rotary_pct))
     if family == "gpt2":
         cfg = GPT2Config(n_embd=width, n_layer=layers, n_head=heads, n_positions=l_t, resid_pdrop=0.0,
                          embd_pdrop=0.0, attn_pdrop=0.0, **ids)
         return GPT2LMHeadModel(cfg)
     if family == "pythia":  # GPT-NeoX with Pythia's parallel residual
         cfg = GPTNeoXConfig(hidden_size=width, num_hidden_layers=layers, num_attention_heads=heads,
-                            intermediate_size=4 * width, max_position_embeddings=l_t, rotary_pct=rotary_pct,
+                            intermediate_size=4 * width, max_position_embeddings=l_t,
+                            rope_parameters={"rope_type": "default", "rope_theta": rope_theta,
+                                             "partial_rotary_factor": rotary_pct},
                             use_parallel_residual=True, hidden_dropout=0.0, attention_dropout=0.0,
                             tie_word_embeddings=False, **ids)
         return GPTNeoXForCausalLM(cfg)
@@ -154,7 +173,8 @@ def pretrain(family: str, args: argparse.Namespace, tokenizer, seqs, unigram) ->
     init = work / "init"
     if not (init / "config.json").is_file():
         torch.manual_seed(args.seed)
-        model = build_model(family, len(tokenizer), args.l_t, args.width, args.layers, args.heads, args.rotary_pct)
+        model = build_model(family, len(tokenizer), args.l_t, args.width, args.layers, args.heads, args.rotary_pct,
+                            args.rope_theta)
         model.save_pretrained(init)
         tokenizer.save_pretrained(init)
     cfg = compose_train_config([
@@ -189,7 +209,10 @@ def pretrain(family: str, args: argparse.Namespace, tokenizer, seqs, unigram) ->
         "name": name, "family": str(cfg.model.family), "family_class": type(exported).__name__, "pe": pe,
         "stands_for": stands_for, "l_tr": args.l_t, "l_t": args.l_t, "vocab": len(tokenizer),
         "width": args.width, "layers": args.layers, "heads": args.heads,
-        "arch_note": f"; rotary on {args.rotary_pct:.0%} of each head's dimensions (Pythia: 25%)"
+        "rope_theta": exported.config.rope_parameters["rope_theta"] if family == "pythia" else None,
+        "arch_note": f"; rotary on {args.rotary_pct:.0%} of each head's dimensions (Pythia: 25%), RoPE base "
+        f"{exported.config.rope_parameters['rope_theta']:.1f} (slowest frequency turns π over L_t; Pythia: 10000 "
+        "at L_t = 2048)"
         if family == "pythia" else "",
         "params_m": sum(p.numel() for p in exported.parameters()) / 1e6,
         "steps": result.step, "tokens": int(last.get("tokens", 0)), "batch_size": args.batch_size,
@@ -230,6 +253,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--rotary-pct", type=float, default=0.25, help="mini-pythia: share of each head's dims rotated")
+    p.add_argument("--rope-theta", type=float, default=None,
+                   help="mini-pythia: RoPE base (default: the slowest rotary frequency turns π over L_t)")
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--lr", type=float, default=1e-3)
