@@ -53,7 +53,7 @@ def setting_statistics(runner: Any, setting: Setting) -> tuple[dict[str, float],
 
 def run_statistics(runner: Any) -> list[dict[str, Any]]:
     """Measure every setting plus L_tr; append rows (method ``stats``) and write the JSON side file."""
-    from lengthx.runner import Cell, config_hash
+    from lengthx.runner import Cell, cell_hash
 
     store, cfg = runner.store, runner.cfg
     settings = [Setting("L_tr", runner.loaded.l_tr, "tokens"), *runner.settings()]
@@ -64,7 +64,7 @@ def run_statistics(runner: Any) -> list[dict[str, Any]]:
     summary = []
     for setting in settings:
         cell = Cell(cfg.model.name, "stats", runner.task.name, setting)
-        chash = config_hash(cfg, setting)
+        chash = cell_hash(cfg, setting)
         if store.is_done(cell.key, chash) and setting.label in side["qq"]:
             summary.append({"cell": cell.key, "status": "done"})
             continue

@@ -103,8 +103,8 @@ def temperature_figure(df: pd.DataFrame, model: str, task: str, out: Path) -> li
     ax.plot(ext["L"], p2, "-", marker=".", color="C1", label="Prop. 2 (entropy)")
     no_root = [L for L, t in zip(ext["L"], p1, strict=True) if math.isnan(t)]
     if no_root:  # Aτ² − Bτ + C = 0 has no real root: the Gaussian approximation fails there (§5)
-        ax.text(0.02, 0.03, "Prop. 1: no real root at L_ex = " + ", ".join(f"{L:.0f}" for L in no_root), transform=ax.transAxes,
-                fontsize=8, color="C0")
+        fig.text(0.01, 0.01, "Prop. 1: no real root at L_ex = " + ", ".join(f"{L:.0f}" for L in no_root),
+                 fontsize=8, color="C0")
     dense = np.linspace(l_tr, max(ext["L"].max(), l_tr * 1.01), 200)
     ax.plot(dense, [log_temperature(x, l_tr) for x in dense], "--", color="grey", label=r"$\log_{L} L_{tr}$")
     for method, marker, color, label in (("pmax", "x", "C0", r"Algorithm 1, $P_{\max}$"),
@@ -117,7 +117,7 @@ def temperature_figure(df: pd.DataFrame, model: str, task: str, out: Path) -> li
     num = TEMPERATURE_FIGURES.get(task, "")
     ax.set_title(f"Figure {num} ({model}): {task} temperature analysis", fontsize=10)
     ax.legend(fontsize=8)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.04 if no_root else 0, 1, 1))
     return _save(fig, out, f"fig{num}_temperature_{model}_{task}")
 
 

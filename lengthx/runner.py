@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from lengthx.alignment import calibrate, calibrate_per_layer, closed_form_temperature, log_temperature
 from lengthx.attention.temperature import clear_temperature, set_temperature
-from lengthx.models.loading import LoadedModel, ModelNotAvailable, load_model
+from lengthx.models.loading import LoadedModel, ModelNotAvailable, load_model, weights_fingerprint
 from lengthx.results import ResultsStore, git_commit, now, safe_name, versions
 from lengthx.tasks import Example, Setting, build_task, resolve_settings
 
@@ -71,6 +71,16 @@ def config_hash(cfg: DictConfig, setting: Setting) -> str:
         if cfg.method.name in ("pmax", "entropy", "prop1", "prop2") else None,
     }
     return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def cell_hash(cfg: DictConfig, setting: Setting, fingerprint: str | None = None) -> str:
+    """A cell's identity in results.csv and its records: :func:`config_hash` and the weights it scored.
+
+    ``fingerprint`` defaults to the weights at ``model.path``, so a checkpoint retrained at the same path
+    starts its cells afresh instead of counting its predecessor's as done."""
+    if fingerprint is None:
+        fingerprint = weights_fingerprint(cfg.model.get("path"))
+    return hashlib.sha256(f"{config_hash(cfg, setting)}|{fingerprint}".encode()).hexdigest()[:12]
 
 
 def experiment_skip_reason(cfg: DictConfig) -> str | None:
@@ -164,7 +174,7 @@ class Runner:
         summary = []
         for setting in self.settings():
             cell = Cell(self.cfg.model.name, method_id(self.method), self.task.name, setting)
-            chash = config_hash(self.cfg, setting)
+            chash = cell_hash(self.cfg, setting)
             if self.store.is_done(cell.key, chash):
                 log.info("skip finished cell %s", cell.key)
                 summary.append({"cell": cell.key, "status": "done"})
@@ -218,7 +228,8 @@ class Runner:
                "setting": [cell.setting.label, cell.setting.value, cell.setting.unit], "mode": m.name,
                "search": m.get("search"), "scope": m.scope, "per_layer": bool(m.get("per_layer", False)),
                "n": int(self.cfg.calibration.num_examples), "seed": int(self.cfg.task.seed),
-               "row_stride": int(self.cfg.calibration.get("row_stride", 1))}
+               "row_stride": int(self.cfg.calibration.get("row_stride", 1)),
+               "weights": weights_fingerprint(self.cfg.model.get("path"))}
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
         name = f"{cell.model}__{cell.task}__{cell.setting.label}__{method_id(m)}__{digest}.json"
         return Path(self.cfg.results_dir) / "calibration" / safe_name(name), key

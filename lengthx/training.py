@@ -43,6 +43,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from lengthx.models.loading import weights_fingerprint
 from lengthx.segmented import IGNORE_INDEX, SegmentMethod, collate_segmented, sample_generator
 from lengthx.segmented_models import check_family, max_positions, prepare_for_length, segmented_forward
 
@@ -563,21 +564,6 @@ def resolve_run(cfg: DictConfig) -> RunSpec:
     chash = hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:12]
     out = cfg.train.get("output_dir") or run_dir(str(relevant["profile"]), str(cfg.model.name), label, l_e / l_t)
     return RunSpec(method, label, l_t, l_e, Path(out), chash, relevant)
-
-
-def weights_fingerprint(path: str | None) -> str:
-    """Hash of a local checkpoint's weight files (name, size, first and last MiB); "" for a hub model."""
-    if not path or not Path(path).is_dir():
-        return ""
-    h = hashlib.sha256()
-    for p in sorted(q for q in Path(path).iterdir() if q.suffix in (".safetensors", ".bin")):
-        size = p.stat().st_size
-        h.update(f"{p.name}:{size}".encode())
-        with open(p, "rb") as fh:
-            h.update(fh.read(1 << 20))
-            fh.seek(max(0, size - (1 << 20)))
-            h.update(fh.read(1 << 20))
-    return h.hexdigest()[:12]
 
 
 RUNS_DIR = Path(os.environ.get("LENGTHX_RUNS", "runs"))

@@ -95,6 +95,28 @@ def test_resume_after_kill_matches_uninterrupted(tiny_model_dir, tmp_path):
         assert after[: len(lines)] == lines  # finished examples kept, not recomputed
 
 
+def test_retrained_weights_at_the_same_path_are_not_counted_as_done(tiny_model_dir, tmp_path):
+    """A finished cell belongs to the weights it scored: new weights at the same path run it again."""
+    import shutil
+
+    from transformers import T5ForConditionalGeneration
+
+    model_dir, res = tmp_path / "model", tmp_path / "res"
+    shutil.copytree(tiny_model_dir, model_dir)
+    args = ["run", "task=passkey", "method=none", *_common(str(model_dir), res, n=2)]
+    assert _run(args).returncode == 0
+    first = ResultsStore(res).read()
+    assert _run(args).returncode == 0 and len(ResultsStore(res).read()) == len(first)  # done: skipped
+
+    model = T5ForConditionalGeneration.from_pretrained(model_dir)
+    model.lm_head.weight.data.mul_(-1.0)
+    model.save_pretrained(model_dir)  # "retrained" in place
+    p = _run(args)
+    assert p.returncode == 0, p.stderr[-2000:]
+    both = ResultsStore(res).read()
+    assert len(both) == 2 * len(first) and both["config_hash"].nunique() == 2 * first["config_hash"].nunique()
+
+
 def test_unknown_names_fail_with_the_valid_list():
     for arg, group in (("task=pasky", "task"), ("model=nope", "model")):
         p = _run(["run", arg])

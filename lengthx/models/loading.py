@@ -7,6 +7,7 @@ instead of a stack trace of connection errors.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 from dataclasses import dataclass
@@ -130,3 +131,18 @@ def load_model(
         enable_efficient_t5(model, mode=att.get("efficient", "auto"), min_length=int(att.get("min_length", 2048)),
                             backend=att.get("backend", "auto"))
     return LoadedModel(model_cfg.name, model, tokenizer, family, int(model_cfg.l_tr), dev)
+
+
+def weights_fingerprint(path: str | None) -> str:
+    """Hash of a local checkpoint's weight files (name, size, first and last MiB); "" for a hub model."""
+    if not path or not Path(path).is_dir():
+        return ""
+    h = hashlib.sha256()
+    for p in sorted(q for q in Path(path).iterdir() if q.suffix in (".safetensors", ".bin")):
+        size = p.stat().st_size
+        h.update(f"{p.name}:{size}".encode())
+        with open(p, "rb") as fh:
+            h.update(fh.read(1 << 20))
+            fh.seek(max(0, size - (1 << 20)))
+            h.update(fh.read(1 << 20))
+    return h.hexdigest()[:12]

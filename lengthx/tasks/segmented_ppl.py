@@ -75,7 +75,8 @@ def method_label(model_cfg: Any, l_t: int) -> str:
 
 def _checkpoint_fingerprint(model_cfg: Any) -> str:
     """What identifies the scored weights: the training run's hash and steps, and the weight files themselves."""
-    from lengthx.training import source_meta, weights_fingerprint
+    from lengthx.models.loading import weights_fingerprint
+    from lengthx.training import source_meta
 
     meta = source_meta(model_cfg)
     run = f"{meta.get('config_hash', '')}:{meta.get('steps', '')}" if meta else ""
@@ -294,7 +295,7 @@ def run_task(cfg: Any, loaded: Any = None) -> list[dict[str, Any]]:
     """
     from lengthx.models.loading import load_model
     from lengthx.results import ResultsStore, git_commit, now, versions
-    from lengthx.runner import config_hash
+    from lengthx.runner import cell_hash
     from lengthx.segmented_models import check_family
     from lengthx.training import RUNS_DIR
 
@@ -326,7 +327,7 @@ def run_task(cfg: Any, loaded: Any = None) -> list[dict[str, Any]]:
     summary = []
     for setting in resolve_settings(cfg.task, l_t):
         key = f"{cfg.model.name}|{method}|{TASK_NAME}|{setting.label}"
-        chash = hashlib.sha256(f"{config_hash(cfg, setting)}|{fingerprint}".encode()).hexdigest()[:12]
+        chash = cell_hash(cfg, setting, fingerprint)
         if store.is_done(key, chash):
             log.info("skip finished cell %s", key)
             summary.append({"cell": key, "status": "done"})
