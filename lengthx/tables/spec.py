@@ -7,9 +7,10 @@ from dataclasses import dataclass
 # method id → row label; and the labels the papers' CSVs use for the same rows
 METHOD_LABELS = {"pmax": r"w/ $P_{\max}$", "entropy": "w/ $H$", "log": r"w/ $\log_{L_{ex}} L_{tr}$",
                  "truncation": "w/ truncation", "prop1": "w/ Prop. 1", "prop2": "w/ Prop. 2",
-                 "pmax-per-layer": r"w/ $P_{\max}$ (per layer)", "entropy-per-layer": "w/ $H$ (per layer)",
-                 "pmax-per-layer-bisect": r"w/ $P_{\max}$ (per layer, bisection)",
-                 "entropy-per-layer-bisect": "w/ $H$ (per layer, bisection)",
+                 "pmax-per-layer": r"w/ $P_{\max}$ (per layer; layer mean)",
+                 "entropy-per-layer": "w/ $H$ (per layer; layer mean)",
+                 "pmax-per-layer-bisect": r"w/ $P_{\max}$ (per layer, bisection; layer mean)",
+                 "entropy-per-layer-bisect": "w/ $H$ (per layer, bisection; layer mean)",
                  "ootb": "OOTB", "full": "full", "da": "DA"}
 PAPER_ROW_METHODS = {r"w/ P_{\max}": "pmax", "w/ P_{max}": "pmax", "w/ Max.": "pmax", "w/ H": "entropy",
                      "w/ Ent.": "entropy", r"w/ \log_{L_{ex}} L_{tr}": "log", "w/ truncation": "truncation",
