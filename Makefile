@@ -41,12 +41,12 @@ tables: install
 # each task's shortest and longest setting (the extremes of its extrapolation; AA_MINI_SLICE= runs them all;
 # MDQA adds 30docs@0, Table 10's column) with 10 examples per setting and 1 calibration example for
 # Algorithm 1. The method-none cells of `lengthx run task=<each> method=none` are reused. Expected time:
-# about 1.5 h on one CPU core (measured: the statistics and the none/P_max/entropy/log/truncation cells took
-# 50 min beside another job; a P_max cell at 7.5k tokens takes ~6 min, most of it Algorithm 1's 11-point grid;
-# all seven tasks with method none took ~40 min). Resumable: rerun to continue. AA_DRY_RUN=--dry-run lists
-# the cells instead.
+# about 2 h on one CPU core beside another job (measured: all seven tasks with method none ~40 min; the
+# statistics and the P_max/entropy/log/truncation cells 50 min, a P_max cell at 7.5k tokens ~6 min, most of
+# it Algorithm 1's 11-point grid; the two extension lines 20 min). Resumable: rerun to continue.
+# AA_DRY_RUN=--dry-run lists the cells instead.
 # The last two lines add Table 8's extension rows (not in the paper): Props 1-2 as methods, and per-layer
-# Algorithm 1 (one τ per encoder layer, found by bisection: 6 layers x 11 grid points is ~35 min at 7.5k tokens).
+# Algorithm 1 (one τ per encoder layer; bisection needs ~20 forward passes for the 6 layers, the grid 66).
 , := ,
 AA_MINI_ARGS  ?= calibration.num_examples=1
 AA_MINI_SLICE ?= 1

@@ -331,8 +331,7 @@ class Runner:
                 for ex, output, sc in zip(chunk, outputs, chunk_scores, strict=True):
                     self.store.append_record(cell.key, {
                         "id": ex.id, "prompt_hash": ex.prompt_hash, "config_hash": chash, "target": ex.target,
-                        "output": output,
-                        "scores": sc, "tau": tau, "requested_tokens": ex.requested_tokens,
+                        "output": output, "scores": sc, "tau": tau, "requested_tokens": ex.requested_tokens,
                         "actual_tokens": ex.actual_tokens, "meta": ex.meta})
                     scores.append(sc)
                 bar.update(len(chunk))
