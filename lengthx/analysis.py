@@ -64,7 +64,7 @@ def run_statistics(runner: Any) -> list[dict[str, Any]]:
     summary = []
     for setting in settings:
         cell = Cell(cfg.model.name, "stats", runner.task.name, setting)
-        chash = cell_hash(cfg, setting)
+        chash = cell_hash(cfg, setting, runner.weights)
         if store.is_done(cell.key, chash) and setting.label in side["qq"]:
             summary.append({"cell": cell.key, "status": "done"})
             continue

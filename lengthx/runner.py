@@ -158,6 +158,7 @@ class Runner:
             raise ValueError(f"method {self.method.name!r} is not runnable by lengthx run; runnable: "
                              f"{', '.join(RUNNABLE_METHODS)}")
         self._loaded = loaded
+        self.weights = weights_fingerprint(cfg.model.get("path"))  # part of every cell's and τ cache's key
 
     @property
     def loaded(self) -> LoadedModel:
@@ -174,7 +175,7 @@ class Runner:
         summary = []
         for setting in self.settings():
             cell = Cell(self.cfg.model.name, method_id(self.method), self.task.name, setting)
-            chash = cell_hash(self.cfg, setting)
+            chash = cell_hash(self.cfg, setting, self.weights)
             if self.store.is_done(cell.key, chash):
                 log.info("skip finished cell %s", cell.key)
                 summary.append({"cell": cell.key, "status": "done"})
@@ -229,7 +230,7 @@ class Runner:
                "search": m.get("search"), "scope": m.scope, "per_layer": bool(m.get("per_layer", False)),
                "n": int(self.cfg.calibration.num_examples), "seed": int(self.cfg.task.seed),
                "row_stride": int(self.cfg.calibration.get("row_stride", 1)),
-               "weights": weights_fingerprint(self.cfg.model.get("path"))}
+               "weights": self.weights}
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
         name = f"{cell.model}__{cell.task}__{cell.setting.label}__{method_id(m)}__{digest}.json"
         return Path(self.cfg.results_dir) / "calibration" / safe_name(name), key

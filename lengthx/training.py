@@ -680,17 +680,16 @@ def train(cfg: DictConfig) -> TrainResult:
         base_weights = weights_fingerprint(cfg.model.get("path"))
         if cfg_file.exists():
             old = json.loads(cfg_file.read_text())
-            if old.get("config_hash") == spec.config_hash and old.get("base_weights", base_weights) != base_weights \
-                    and not tc.get("overwrite", False):
-                raise FileExistsError(
-                    f"{out} was trained from other weights at {cfg.model.get('path')} (the base checkpoint "
-                    "changed since); remove the run or pass train.overwrite=true to train it again"
-                )
-            if old.get("config_hash") != spec.config_hash or old.get("base_weights", base_weights) != base_weights:
+            other_config = old.get("config_hash") != spec.config_hash
+            other_base = old.get("base_weights", base_weights) != base_weights  # runs before the field: unknown
+            if other_config or other_base:
                 if not tc.get("overwrite", False):
                     raise FileExistsError(
                         f"{out} holds a run with another configuration (hash {old.get('config_hash')} vs "
                         f"{spec.config_hash}); choose another train.output_dir or pass train.overwrite=true"
+                        if other_config else
+                        f"{out} was trained from other weights at {cfg.model.get('path')} (the base checkpoint "
+                        "changed since); remove the run or pass train.overwrite=true to train it again"
                     )
                 shutil.rmtree(out / "checkpoints", ignore_errors=True)
                 (out / "curve.jsonl").unlink(missing_ok=True)
