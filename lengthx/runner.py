@@ -135,14 +135,34 @@ def encode(loaded: LoadedModel, prompts: list[str]) -> dict[str, torch.Tensor]:
     return {k: v.to(loaded.device) for k, v in batch.items() if k in ("input_ids", "attention_mask")}
 
 
-def generate(loaded: LoadedModel, prompts: list[str], max_new_tokens: int) -> list[str]:
-    """Greedy decoding; returns only the newly generated text."""
+class FirstLineDone:
+    """A ``generate`` stopping criterion: a sequence is done once its new text holds a complete first line
+    (a newline after some non-newline text), for tasks scored on the first line only (next-line code
+    completion, paper A §5.4). The score is the same as with the full ``max_new_tokens``; decoding stops
+    sooner."""
+
+    def __init__(self, tokenizer, prompt_length: int):
+        self.tokenizer, self.prompt_length = tokenizer, prompt_length
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        texts = self.tokenizer.batch_decode(input_ids[:, self.prompt_length:], skip_special_tokens=True)
+        done = ["\n" in t.lstrip("\r\n") for t in texts]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+
+def generate(loaded: LoadedModel, prompts: list[str], max_new_tokens: int, first_line: bool = False) -> list[str]:
+    """Greedy decoding; returns only the newly generated text (up to its first complete line when
+    ``first_line``)."""
+    from transformers import StoppingCriteriaList
+
     batch = encode(loaded, prompts)
+    prompt_length = 0 if loaded.family.encoder_decoder else batch["input_ids"].shape[1]
+    stop = StoppingCriteriaList([FirstLineDone(loaded.tokenizer, prompt_length)]) if first_line else None
     with torch.no_grad():
         out = loaded.model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
-                                    pad_token_id=loaded.tokenizer.pad_token_id)
+                                    pad_token_id=loaded.tokenizer.pad_token_id, stopping_criteria=stop)
     if not loaded.family.encoder_decoder:
-        out = out[:, batch["input_ids"].shape[1]:]
+        out = out[:, prompt_length:]
     return loaded.tokenizer.batch_decode(out, skip_special_tokens=True)
 
 
@@ -152,7 +172,7 @@ class Runner:
     def __init__(self, cfg: DictConfig, loaded: LoadedModel | None = None):
         self.cfg = cfg
         self.store = ResultsStore(Path(cfg.results_dir))
-        self.task = build_task(cfg.task, cfg.profile.name)
+        self.task = build_task(cfg.task, cfg.profile.name, int(cfg.model.l_tr))
         self.method = cfg.method
         if self.method.name not in RUNNABLE_METHODS:
             raise ValueError(f"method {self.method.name!r} is not runnable by lengthx run; runnable: "
@@ -327,7 +347,8 @@ class Runner:
                     outputs = [""] * len(chunk)
                     chunk_scores = self.task.evaluate(self.loaded, chunk, batch_size=bs)
                 else:
-                    outputs = generate(self.loaded, [e.prompt for e in chunk], self.task.max_new_tokens)
+                    outputs = generate(self.loaded, [e.prompt for e in chunk], self.task.max_new_tokens,
+                                       first_line=getattr(self.task, "scores_first_line", False))
                     chunk_scores = [self.task.score(o, e) for o, e in zip(outputs, chunk, strict=True)]
                 for ex, output, sc in zip(chunk, outputs, chunk_scores, strict=True):
                     self.store.append_record(cell.key, {

@@ -43,6 +43,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from lengthx.data.splits import is_test_document
 from lengthx.models.loading import weights_fingerprint
 from lengthx.segmented import IGNORE_INDEX, SegmentMethod, collate_segmented, sample_generator
 from lengthx.segmented_models import check_family, max_positions, prepare_for_length, segmented_forward
@@ -68,12 +69,6 @@ _UNHASHED_TRAIN_KEYS = (
 # =========================================================================================================
 # Corpora
 # =========================================================================================================
-def is_test_document(doc_id: str, test_percent: float) -> bool:
-    """Held-out split by a hash of the document id (a file path): stable across runs and machines."""
-    bucket = int(hashlib.sha256(doc_id.encode()).hexdigest()[:8], 16) % 10_000
-    return bucket < test_percent * 100
-
-
 def _doc_order(doc_id: str) -> str:
     return hashlib.sha256(("order:" + doc_id).encode()).hexdigest()
 

@@ -33,7 +33,8 @@ def compose_run(*overrides: str):
 @pytest.mark.parametrize(
     ("model", "mini", "l_tr"),
     [("gpt2", "mini-gpt2", 128), ("gpt2-xl", "mini-gpt2", 128), ("pythia-1.4b", "mini-pythia", 128),
-     ("bloom-1b1", "mini-bloom", 128), ("flan-t5-xl", "mini-t5", 256), ("codet5p-770m-py", "mini-t5", 256)],
+     ("bloom-1b1", "mini-bloom", 128), ("flan-t5-xl", "mini-t5", 256), ("codet5p-770m-py", "mini-t5-lm", 128),
+     ("t5-xl-lm", "mini-t5-lm", 128)],
 )
 def test_mini_profile_maps_paper_models_onto_shipped_minis(model, mini, l_tr):
     cfg = apply_profile(compose_run(f"model={model}"))

@@ -164,6 +164,31 @@ def test_lm_example_is_a_split_document(byt5):
         assert e.actual_tokens == 400 and e.meta["continuation_tokens"] == 32
 
 
+@pytest.mark.parametrize("name", ["lm", "code_completion"])
+def test_mini_profile_scores_the_same_text_at_every_length(name, mini_tok):
+    """profile=mini: example i is one split point at every length; only the context before it grows."""
+    from lengthx.data.splits import is_test_document
+    from lengthx.models.minis import compose
+
+    cfg = compose([f"task={name}", "profile=mini"]).task
+    assert cfg.same_text is True and cfg.stdlib_split == "test"
+    task = build_task(cfg, "mini", l_tr=128)
+    settings = resolve_settings(cfg, "mini", 128)
+    assert task.longest == max(s.value for s in settings)  # the sweep's longest context, whatever task.only says
+    short, long = settings[0], settings[-1]
+    a, b = task.examples(short, mini_tok, 4, seed=0), task.examples(long, mini_tok, 4, seed=0)
+    for x, y in zip(a, b, strict=True):
+        assert x.target == y.target  # the same continuation / next line
+        assert y.prompt.endswith(x.prompt) and len(y.prompt) > len(x.prompt)  # more context before it, nothing else
+        assert abs(x.actual_tokens - short.value) <= 2 and abs(y.actual_tokens - long.value) <= 2
+        source = x.meta.get("document") or x.meta["source"].removeprefix("stdlib/").rsplit(":", 1)[0]
+        assert is_test_document(source)  # held-out files only
+    narrowed = build_task(compose([f"task={name}", f"task.only=[{short.label}]"]).task, "mini", l_tr=128)
+    assert [e.prompt for e in narrowed.examples(short, mini_tok, 4, seed=0)] == [e.prompt for e in a]
+    paper = build_task(compose([f"task={name}", "profile=paper"]).task, "paper", l_tr=128)
+    assert paper.same_text is False  # the paper profile keeps the papers' protocol
+
+
 # ---- scorers on hand-made outputs ---------------------------------------------------------------------
 
 

@@ -14,19 +14,17 @@ from typing import Any
 
 from omegaconf import OmegaConf, open_dict
 
-from lengthx.cli import CONF_DIR
+from lengthx.config import CONF_DIR, compose, register_resolvers
 
 CONF_MODEL_DIR = CONF_DIR / "model"
 
 
 def mini_config(name: str) -> Any:
     """The resolved ``conf/model/<name>.yaml`` of a shipped mini."""
-    from lengthx.cli import _register_resolvers
-
     path = CONF_MODEL_DIR / f"{name}.yaml"
     if not path.is_file():
         raise ValueError(f"model config names mini '{name}', but {path} does not exist")
-    _register_resolvers()
+    register_resolvers()
     cfg = OmegaConf.load(path)
     OmegaConf.resolve(cfg)
     return cfg
@@ -56,3 +54,8 @@ def apply_profile(cfg: Any) -> Any:
             raise ValueError(f"model {model.name} (family {model.family}) cannot stand in as {model.mini} "
                              f"(family {mini.family}); fix its `mini:` entry in conf/model/{model.name}.yaml")
     return cfg
+
+
+def compose_run(overrides: list[str]) -> Any:
+    """The config of ``lengthx run <overrides>`` with the profile applied, as a run sees it."""
+    return apply_profile(compose(overrides))

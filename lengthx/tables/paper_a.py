@@ -42,6 +42,7 @@ TABLE3 = TableSpec(
     methods=TEMPERATURE_METHODS, avg=True, digits=1, bold=("Avg.",),
     paper_csv="attention-alignment-tables/table3.csv",
     lower_is_better=True, overflow=1000.0, sig_digits_above=100.0, paper_reference="T5-XL-LM",
+    intervals=True,
 )
 
 TABLE4 = TableSpec(
@@ -67,6 +68,7 @@ TABLE6_EM = TableSpec(
     cols("Sequence Length (L_ex)", "code_completion", CODE_SETTINGS[:6], "exact_match"),
     methods=CODE_METHODS, avg=False, digits=1,
     paper_csv="attention-alignment-tables/table6_exact_match.csv", paper_reference="CodeT5+",
+    intervals=True,
 )
 
 TABLE6_ES = TableSpec(
@@ -74,6 +76,7 @@ TABLE6_ES = TableSpec(
     cols("Sequence Length (L_ex)", "code_completion", CODE_SETTINGS[:6], "edit_similarity"),
     methods=CODE_METHODS, avg=False, digits=1,
     paper_csv="attention-alignment-tables/table6_edit_similarity.csv", paper_reference="CodeT5+",
+    intervals=True,
 )
 
 TABLE12 = TableSpec(
@@ -81,6 +84,7 @@ TABLE12 = TableSpec(
     cols("Sequence Length (L_ex)", "code_completion", CODE_SETTINGS, "exact_match"),
     methods=CODE_METHODS, avg=False, digits=1,
     paper_csv="attention-alignment-tables/table12.csv", paper_reference="CodeT5+",
+    intervals=True,
 )
 
 TABLE13 = TableSpec(
@@ -88,6 +92,7 @@ TABLE13 = TableSpec(
     cols("Sequence Length (L_ex)", "code_completion", CODE_SETTINGS, "edit_similarity"),
     methods=CODE_METHODS, avg=False, digits=1,
     paper_csv="attention-alignment-tables/table13.csv", paper_reference="CodeT5+",
+    intervals=True,
 )
 
 TABLE14 = TableSpec(
@@ -105,6 +110,7 @@ CODE_KEY = TableSpec(
     paper_csv=None, bold=("16k",), paper_reference="CodeT5+",
     paper_values=(("CodeT5+", "none", ("0",)), ("CodeT5+", "pmax", ("87",)),
                   ("CodeT5+", "entropy", ("80",)), ("CodeT5+", "log", ("85",))),
+    intervals=True,
 )
 
 TABLE1 = TableSpec(

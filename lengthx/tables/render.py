@@ -19,6 +19,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from lengthx.results import ResultsStore
+from lengthx.tables.intervals import CellInterval, table_intervals
 from lengthx.tables.spec import METHOD_LABELS, PAPER_ROW_METHODS, Column, Row, TableSpec
 
 PAPER_DIR = Path(os.environ.get("LENGTHX_PAPER_DIR",
@@ -114,9 +115,16 @@ def _value(index: dict, spec: TableSpec, model: str, method: str, col: Column, m
     return one(col.setting)
 
 
-def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False) -> Rendered:
-    """Render ``spec`` from results rows (both formats), listing missing cells."""
+def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
+           store: ResultsStore | None = None) -> Rendered:
+    """Render ``spec`` from results rows (both formats), listing missing cells.
+
+    With ``store`` (the results' directory) a spec with ``intervals`` shows each cell's 95% interval from its
+    records, and the Markdown gains a table of paired differences to τ = 1."""
     ok = latest_ok(df)
+    intervals = table_intervals(store, ok, spec.tasks, {c.metric for c in spec.columns}) \
+        if spec.intervals and store is not None else {}
+    paired: list[tuple[str, list[str], bool]] = []
     info = model_info()
     index = {(r.model, r.method, r.task, str(r.setting), r.metric): r.value for r in ok.itertuples()}
     present = {m for (m, _, t, _, _) in index if t in spec.tasks}
@@ -162,7 +170,15 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False) -> Re
                 is_model = first_is_model and method == spec.methods[0]
                 label = display if is_model else METHOD_LABELS.get(method, f"w/ {method}")
             group_rows.append((len(body), vals))
-            body.append((label, _cells(spec, vals, published, role, method, row, compare_paper), is_model))
+            cells = _cells(spec, vals, published, role, method, row, compare_paper)
+            if intervals:
+                found = [intervals.get((model, method, c.task, c.setting, metric or c.metric)) for c in spec.columns]
+                cells = [f"{c} [{_fmt(spec, iv.low)}, {_fmt(spec, iv.high)}]" if iv else c
+                         for c, iv in zip(cells, [*found, None][:len(cells)], strict=True)]
+                if any(iv is not None and iv.delta is not None for iv in found):
+                    paired.append((label if not is_model else display, _deltas(spec, found) + [""] * spec.avg,
+                                   False))
+            body.append((label, cells, is_model))
             if spec.improvement and method == spec.improvement[0] and spec.improvement[1] in values_by_method:
                 base = values_by_method[spec.improvement[1]]
                 diff = [a - b if a is not None and b is not None else None for a, b in zip(vals, base, strict=True)]
@@ -180,11 +196,28 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False) -> Re
         else:
             groups.append((c.group, 1))
     markdown = _markdown(spec, groups, headers, body)
+    if intervals:
+        n = sorted({iv.n for iv in intervals.values()})
+        markdown += (f"\nBrackets: 95% bootstrap interval of the mean over the cell's examples "
+                     f"(n = {', '.join(map(str, n))}; {N_BOOT_TEXT}).\n")
+    if paired:
+        title = "Paired difference to τ = 1 on the same examples (mean, 95% bootstrap interval)"
+        markdown += "\n" + _markdown(spec, groups, headers, paired).replace(spec.title, title, 1)
     if compare_paper:
         note = "; ".join(compared)
         markdown += (f"\nOur value, then the published one in parentheses (– where ours is missing)"
                      f"{'; ' + note if note else ''}.\n")
     return Rendered(_latex(spec, groups, headers, body), markdown, missing)
+
+
+N_BOOT_TEXT = "percentile bootstrap, 2000 resamples"
+
+
+def _deltas(spec: TableSpec, found: list[CellInterval | None]) -> list[str]:
+    """Cells of the paired-difference table: ``+Δ [lo, hi]`` where both this cell and τ = 1 have records."""
+    return [f"{_fmt(spec, iv.delta, signed=True)} [{_fmt(spec, iv.delta_low, signed=True)}, "
+            f"{_fmt(spec, iv.delta_high, signed=True)}]" if iv is not None and iv.delta is not None else ""
+            for iv in found]
 
 
 def _cells(spec: TableSpec, vals: list[float | None], published: Published, role: str, method: str,
@@ -268,7 +301,7 @@ def tables_main(argv: list[str]) -> None:
     for spec in TABLES.values():
         if not df["task"].isin(spec.tasks).any():
             continue
-        r = render(spec, df, compare_paper=args.compare_paper)
+        r = render(spec, df, compare_paper=args.compare_paper, store=store)
         suffix = "_vs_paper" if args.compare_paper else ""
         if args.format in ("latex", "both"):
             (out / f"{spec.id}{suffix}.tex").write_text(r.latex)

@@ -60,6 +60,8 @@ class TableSpec:
     ``improvement`` ((method, baseline): a signed-difference row after the method's row).
     ``shared_rows``: methods whose row the paper prints once, after the last model (paper A Tables 8-10:
     τ = log_{L_ex} L_tr depends on the length only), so a planned cell of any model fills it.
+    ``intervals``: each cell carries its 95% bootstrap interval over examples and a second table gives each
+    method's paired difference to τ = 1, both from the cells' records (:mod:`lengthx.tables.intervals`).
     ``paper_reference``: for ``--compare-paper``, the published model a stand-in (a model config with a
     ``paper_role``, e.g. mini-t5 for Flan-T5-XL) is set beside when the table has no row for its role
     (Table 3 has T5-LM models only, Tables 6/11-13 CodeT5+ only).
@@ -86,6 +88,7 @@ class TableSpec:
     shared_rows: tuple[str, ...] = ()  # methods the paper prints once for all models (log τ: L_ex, L_tr only)
     paper_reference: str | None = None  # published row group a stand-in is compared with, if not its paper_role
     extra_methods: bool = True  # also a row for methods the results hold beyond ``methods`` (False: exactly those)
+    intervals: bool = False  # 95% bootstrap interval beside each cell, paired differences to τ = 1 below (intervals.py)
 
     @property
     def tasks(self) -> set[str]:

@@ -48,7 +48,7 @@ def resolve_settings(task_cfg: Any, profile: str, l_tr: int) -> list[Setting]:
     """The settings a run sweeps, from the task config, the profile and the model's training length.
 
     ``task.only=[label, …]`` keeps just those columns (e.g. ``task.only=[20k,55k]``)."""
-    settings = _all_settings(task_cfg, profile, l_tr)
+    settings = all_settings(task_cfg, profile, l_tr)
     only = task_cfg.get("only")
     if only:
         wanted = [str(x) for x in only]
@@ -60,7 +60,8 @@ def resolve_settings(task_cfg: Any, profile: str, l_tr: int) -> list[Setting]:
     return settings
 
 
-def _all_settings(task_cfg: Any, profile: str, l_tr: int) -> list[Setting]:
+def all_settings(task_cfg: Any, profile: str, l_tr: int) -> list[Setting]:
+    """Every setting of the task's sweep, before ``task.only`` narrows it."""
     explicit = task_cfg.get("settings")
     if explicit:
         unit = task_cfg.get("unit") or "tokens"

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from lengthx.data.fitting import count_tokens
+from lengthx.data.splits import in_split
 from lengthx.metrics import code_exact_match, edit_similarity, first_line
 from lengthx.tasks.base import Example, Setting
 
@@ -206,6 +207,17 @@ def stdlib_sources(root: str | None = None) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def stdlib_split(split: str = "all") -> tuple[tuple[str, str], ...]:
+    """:func:`stdlib_sources` of one held-out split (``train``, ``test`` or ``all``; :mod:`lengthx.data.splits`).
+
+    The mini profile scores ``test`` files: the T5-LM stand-in (``scripts/train_mini_t5_lm.py``) trains on the
+    others, so no scored continuation was seen in training."""
+    out = tuple((p, t) for p, t in stdlib_sources() if in_split(p, split))
+    if not out:
+        raise FileNotFoundError(f"the standard library has no source file in split {split!r}")
+    return out
+
+
 # ---- code rows -----------------------------------------------------------------------------------------
 
 
@@ -273,11 +285,14 @@ class CodeCompletionTask:
 
     name = "code_completion"
     metrics = ("exact_match", "edit_similarity")
+    scores_first_line = True  # generation may stop after the first complete line (lengthx.runner.FirstLineDone)
 
     def __init__(self, max_new_tokens: int = 64, source: str = "auto", data_path: str | None = None,
                  hf_dataset: str = LCC_DATASET, hf_split: str = "test", bucket_width: int = BUCKET_WIDTH,
-                 profile: str = "mini"):
+                 profile: str = "mini", stdlib_split: str = "all", same_text: bool = False):
         self.max_new_tokens = max_new_tokens
+        self.stdlib_split, self.same_text = stdlib_split, bool(same_text)
+        self.longest: int | None = None  # same_text: the sweep's longest context (set by the runner)
         self.source = resolve_source(source, data_path, profile)
         self.data_path, self.hf_dataset, self.hf_split = data_path, hf_dataset, hf_split
         self.bucket_width = int(bucket_width)
@@ -290,7 +305,9 @@ class CodeCompletionTask:
         return cls(max_new_tokens=int(task_cfg.max_new_tokens), source=task_cfg.get("source", "auto"),
                    data_path=task_cfg.get("data_path"), hf_dataset=task_cfg.get("hf_dataset", LCC_DATASET),
                    hf_split=task_cfg.get("hf_split", "test"),
-                   bucket_width=int(task_cfg.get("bucket_width", BUCKET_WIDTH)), profile=profile)
+                   bucket_width=int(task_cfg.get("bucket_width", BUCKET_WIDTH)), profile=profile,
+                   stdlib_split=str(task_cfg.get("stdlib_split", "all")),
+                   same_text=bool(task_cfg.get("same_text", False)))
 
     # ---- rows ------------------------------------------------------------------------------------------
     def rows(self) -> list[CodeRow]:
@@ -320,15 +337,22 @@ class CodeCompletionTask:
         return self._row_examples(setting, tokenizer, n, seed)
 
     def _stdlib_examples(self, setting: Setting, tokenizer, n: int, seed: int) -> list[Example]:
-        files = stdlib_sources()
+        """Seeded rows of the standard library. With ``same_text`` example i is one (file, line) at every
+        length: the row is drawn with the sweep's longest context and each setting reads its last
+        ``requested`` tokens, so only the amount of code before the line changes across a table's row."""
+        files = stdlib_split(self.stdlib_split)
         out = []
         for i in range(n):
             rng = random.Random(f"code_completion:{seed}:{i}")
             if setting.unit == "bucket":
-                requested = rng.randrange(setting.value, setting.value + self.bucket_width)
+                size = random.Random(f"code_completion:{seed}:{i}:size") if self.same_text else rng
+                requested = size.randrange(setting.value, setting.value + self.bucket_width)
             else:
                 requested = setting.value
-            row = stdlib_row(rng, tokenizer, requested, files)
+            span = max(requested, self.longest or 0) if self.same_text else requested
+            row = stdlib_row(rng, tokenizer, span, files)
+            if span != requested:
+                row = replace(row, context=suffix_with_tokens(tokenizer, row.context, requested))
             out.append(self._example(f"{seed}-{i}", row, row.context, requested, tokenizer, setting))
         return out
 

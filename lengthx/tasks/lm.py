@@ -40,7 +40,7 @@ from lengthx.tasks.code_completion import (
     chars_per_token,
     largest_fitting,
     prefix_with_tokens,
-    stdlib_sources,
+    stdlib_split,
     suffix_with_tokens,
 )
 
@@ -87,7 +87,7 @@ class LMTask:
 
     def __init__(self, max_new_tokens: int = 0, source: str = "auto", text_path: str | None = None,
                  hf_dataset: str = PG19, hf_split: str = "test", continuation_tokens: int = CONTINUATION_TOKENS,
-                 profile: str = "mini", batch_size: int = 1):
+                 profile: str = "mini", batch_size: int = 1, stdlib_split: str = "all", same_text: bool = False):
         self.max_new_tokens = max_new_tokens  # unused: nothing is generated
         valid = ("auto", "hf", "text", "stdlib")
         if source not in valid:
@@ -97,6 +97,8 @@ class LMTask:
         self.source, self.text_path, self.hf_dataset, self.hf_split = source, text_path, hf_dataset, hf_split
         self.continuation_tokens = int(continuation_tokens)
         self.batch_size = int(batch_size)
+        self.stdlib_split, self.same_text = stdlib_split, bool(same_text)
+        self.longest: int | None = None  # same_text: the sweep's longest context (set by the runner)
         self._docs: list[tuple[str, str]] | None = None
 
     @classmethod
@@ -106,7 +108,8 @@ class LMTask:
                    source=task_cfg.get("source", "auto"), text_path=task_cfg.get("text_path"),
                    hf_dataset=task_cfg.get("hf_dataset", PG19), hf_split=task_cfg.get("hf_split", "test"),
                    continuation_tokens=int(task_cfg.get("continuation_tokens", CONTINUATION_TOKENS)),
-                   profile=profile)
+                   profile=profile, stdlib_split=str(task_cfg.get("stdlib_split", "all")),
+                   same_text=bool(task_cfg.get("same_text", False)))
 
     def documents(self) -> list[tuple[str, str]]:
         """The corpus: (name, text) per document."""
@@ -118,7 +121,7 @@ class LMTask:
             elif self.source == "hf":
                 self._docs = load_hf_documents(self.hf_dataset, self.hf_split)
             else:
-                self._docs = list(stdlib_sources())
+                self._docs = list(stdlib_split(self.stdlib_split))
         return self._docs
 
     # ---- examples --------------------------------------------------------------------------------------
@@ -134,10 +137,15 @@ class LMTask:
         return (lo, hi) if lo <= hi else None
 
     def examples(self, setting: Setting, tokenizer, n: int, seed: int) -> list[Example]:
-        """``n`` sequences with ``setting.value`` encoder tokens each (unit ``tokens``)."""
+        """``n`` sequences with ``setting.value`` encoder tokens each (unit ``tokens``).
+
+        With ``same_text`` the split points are drawn for the sweep's longest context (``self.longest``), so
+        example i scores the same continuation at every length and the encoder reads the last L_ex tokens
+        before it: a row's change across lengths is the length's effect alone."""
         if setting.unit != "tokens":
             raise ValueError(f"lm settings are in tokens, not {setting.unit!r}")
         l_ex, docs = setting.value, self.documents()
+        span = max(l_ex, self.longest or 0) if self.same_text else l_ex
         order = list(range(len(docs)))
         random.Random(f"lm:{seed}").shuffle(order)
         ranges: dict[int, tuple[int, int] | None] = {}
@@ -150,11 +158,11 @@ class LMTask:
             while len(usable) <= i and cursor < len(order):
                 d = order[cursor]
                 cursor += 1
-                ranges[d] = self._split_range(tokenizer, docs[d][1], l_ex)
+                ranges[d] = self._split_range(tokenizer, docs[d][1], span)
                 if ranges[d] is not None:
                     usable.append(d)
             if not usable:
-                raise ValueError(f"no document of the {self.source} corpus has {l_ex} + "
+                raise ValueError(f"no document of the {self.source} corpus has {span} + "
                                  f"{self.continuation_tokens} tokens")
             d = usable[i % len(usable)]
             name, text = docs[d]
