@@ -37,36 +37,38 @@ bench: install
 tables: install
 	$(LX) tables
 
-# Paper A on the mini profile: every paper-A experiment (conf/experiment/aa_*.yaml) with mini-t5 on CPU, on
-# each task's shortest and longest setting (the extremes of its extrapolation; AA_MINI_SLICE= runs them all;
-# MDQA adds 30docs@0, Table 10's column) with 10 examples per setting and 1 calibration example for
-# Algorithm 1. The method-none cells of `lengthx run task=<each> method=none` are reused. Expected time:
-# about 2 h on one CPU core beside another job (measured: all seven tasks with method none ~40 min; the
-# statistics and the P_max/entropy/log/truncation cells 50 min, a P_max cell at 7.5k tokens ~6 min, most of
-# it Algorithm 1's 11-point grid; the two extension lines 20 min). Resumable: rerun to continue.
-# AA_DRY_RUN=--dry-run lists the cells instead.
-# The last two lines add Table 8's extension rows (not in the paper): Props 1-2 as methods, and per-layer
-# Algorithm 1 (one τ per encoder layer; bisection needs ~20 forward passes for the 6 layers, the grid 66).
+# Paper A on the mini profile, two stand-ins (conf/model/mini-*.yaml):
+# - mini-t5 (Flan-T5's stand-in) runs the retrieval and QA experiments (Tables 1, 4, 5, 7, 9, 10) on each
+#   task's shortest and longest setting (AA_MINI_SLICE= runs them all; MDQA adds 30docs@0, Table 10's column),
+#   10 examples per setting, 1 calibration example for Algorithm 1;
+# - mini-t5-lm (T5-LM's and CodeT5+'s stand-in, scripts/train_mini_t5_lm.py) runs language modelling and code
+#   (Tables 3, 6, 8, 11-13, code key) at every setting, AA_LM_EXAMPLES / AA_CODE_EXAMPLES examples per setting
+#   on the same text at every length (profile.same_text), 4 calibration examples, and Table 8's extension rows
+#   (Props 1-2 as methods; per-layer Algorithm 1 by bisection).
+# The method-none cells of `lengthx run task=<each> method=none` are reused; every line resumes (rerun to
+# continue). AA_DRY_RUN=--dry-run lists the cells instead. Measured wall times are in README.md.
 , := ,
 AA_MINI_ARGS  ?= calibration.num_examples=1
 AA_MINI_SLICE ?= 1
+AA_LM_ARGS    ?= calibration.num_examples=4
+AA_LM_EXAMPLES   ?= 100
+AA_CODE_EXAMPLES ?= 100
 aa_only = $(if $(AA_MINI_SLICE),'task.only=[$(1)]')
 define AA_MINI_RECIPE
 $(LX) stats -m experiment=aa_table1 task=topics $(call aa_only,5$(,)25) $(AA_DRY_RUN)
 $(LX) stats -m experiment=aa_table1 task=lines $(call aa_only,200$(,)680) $(AA_DRY_RUN)
 $(LX) stats -m experiment=aa_table1 task=passkey $(call aa_only,55k) $(AA_DRY_RUN)
-$(LX) stats -m experiment=aa_table1 task=lm $(call aa_only,1024$(,)15000) $(AA_DRY_RUN)
 $(LX) stats -m experiment=aa_table1 task=mdqa $(call aa_only,10docs@0$(,)30docs@29) $(AA_DRY_RUN)
-$(LX) stats -m experiment=aa_table1 task=code_completion $(call aa_only,1k$(,)15k) $(AA_DRY_RUN)
-$(LX) run -m experiment=aa_table3 $(call aa_only,1024$(,)15000) $(AA_MINI_ARGS) $(AA_DRY_RUN)
+$(LX) stats -m model=mini-t5-lm task=lm,code_completion $(AA_DRY_RUN)
 $(LX) run -m experiment=aa_table4 task=topics $(call aa_only,5$(,)25) $(AA_MINI_ARGS) $(AA_DRY_RUN)
 $(LX) run -m experiment=aa_table4 task=lines $(call aa_only,200$(,)680) $(AA_MINI_ARGS) $(AA_DRY_RUN)
 $(LX) run -m experiment=aa_table4 task=passkey $(call aa_only,20k$(,)55k) $(AA_MINI_ARGS) $(AA_DRY_RUN)
 $(LX) run -m experiment=aa_table5 $(call aa_only,10docs@0$(,)30docs@0$(,)30docs@29) $(AA_MINI_ARGS) $(AA_DRY_RUN)
-$(LX) run -m experiment=aa_table6 $(call aa_only,1k$(,)15k) $(AA_MINI_ARGS) $(AA_DRY_RUN)
-$(LX) run -m experiment=aa_code_key $(AA_MINI_ARGS) $(AA_DRY_RUN)
-$(LX) run -m experiment=aa_table3 method=prop1,prop2 $(call aa_only,1024$(,)15000) $(AA_MINI_ARGS) $(AA_DRY_RUN)
-$(LX) run -m experiment=aa_table3 method=pmax,entropy ++method.per_layer=true ++method.search=bisect $(call aa_only,1024$(,)15000) $(AA_MINI_ARGS) $(AA_DRY_RUN)
+$(LX) run -m experiment=aa_table3 task.num_examples=$(AA_LM_EXAMPLES) $(AA_LM_ARGS) $(AA_DRY_RUN)
+$(LX) run -m experiment=aa_table6 task.num_examples=$(AA_CODE_EXAMPLES) $(AA_LM_ARGS) $(AA_DRY_RUN)
+$(LX) run -m experiment=aa_code_key task.num_examples=$(AA_CODE_EXAMPLES) $(AA_LM_ARGS) $(AA_DRY_RUN)
+$(LX) run -m experiment=aa_table3 method=prop1,prop2 task.num_examples=$(AA_LM_EXAMPLES) $(AA_LM_ARGS) $(AA_DRY_RUN)
+$(LX) run -m experiment=aa_table3 method=pmax,entropy ++method.per_layer=true ++method.search=bisect task.num_examples=$(AA_LM_EXAMPLES) $(AA_LM_ARGS) $(AA_DRY_RUN)
 endef
 
 # Paper B: continued pre-training (lengthx train, conf/train) of the paper's models, then perplexity at

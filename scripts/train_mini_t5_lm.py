@@ -208,12 +208,12 @@ def card_metrics(path: Path | str, l_tr: int, n: int) -> dict:
     from lengthx.runner import generate
     from lengthx.tasks import Setting, build_task
 
-    cfg = compose_run(["model=t5-xl-lm", f"model.path={path}", f"model.l_tr={l_tr}", "task=lm"])
+    cfg = compose_run(["model=mini-t5-lm", f"model.path={path}", f"model.l_tr={l_tr}", "task=lm"])
     loaded = load_model(cfg.model, device="cpu", dtype="float32")
     at_l_tr = Setting(str(l_tr), l_tr, "tokens")
     lm = build_task(cfg.task, "mini")
     scores = lm.evaluate(loaded, lm.examples(at_l_tr, loaded.tokenizer, n, 0), batch_size=8)
-    code_cfg = compose_run(["model=codet5p-770m-py", f"model.path={path}", "task=code_completion"]).task
+    code_cfg = compose_run(["model=mini-t5-lm", f"model.path={path}", "task=code_completion"]).task
     code = build_task(code_cfg, "mini")
     examples = code.examples(at_l_tr, loaded.tokenizer, n, 0)
     outputs = []

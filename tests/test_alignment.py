@@ -19,7 +19,7 @@ from lengthx.alignment import (
     prop2_temperature,
 )
 
-PAPER = Path(__file__).resolve().parents[2] / "shared" / "paper" / "attention-alignment-tables"
+PAPER = Path(__file__).resolve().parents[1] / "lengthx" / "published" / "attention-alignment-tables"
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
@@ -42,7 +42,6 @@ def _paper_lengths(task: str) -> list[float]:
     return list(OmegaConf.load(CONF / "task" / f"{task}.yaml").paper_l_ex)
 
 
-@pytest.mark.skipif(not PAPER.is_dir(), reason="published tables (../shared/paper) not present")
 @pytest.mark.parametrize("table,l_tr,lengths", [
     ("table8.csv", 512, [1024, 2048, 4096, 8192, 15000]),
     ("table10.csv", 512, [1700, 3300, 5000]),
@@ -52,7 +51,6 @@ def test_log_rows_of_tables_8_10_11(table, l_tr, lengths):
     assert [f"{log_temperature(x, l_tr):.2f}" for x in lengths] == [f"{float(v):.2f}" for v in _log_row(table)]
 
 
-@pytest.mark.skipif(not PAPER.is_dir(), reason="published tables (../shared/paper) not present")
 def test_log_row_of_table9_from_task_configs():
     # Table 9's L_ex per setting are the tasks' paper_l_ex (≈14.5k-15.5k at the longest setting)
     lengths = []

@@ -40,7 +40,7 @@ from lengthx.tasks.topics import TopicsTask, read_conversations
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf" / "task"
 MINI_TOKENIZER = ROOT / "lengthx" / "checkpoints" / "mini-t5"
-PAPER_TABLES = ROOT.parent / "shared" / "paper" / "attention-alignment-tables"
+PAPER_TABLES = ROOT / "lengthx" / "published" / "attention-alignment-tables"
 NEW_TASKS = ("lines", "topics", "mdqa", "code_completion", "code_key", "lm")
 
 
@@ -429,7 +429,7 @@ def test_table_specs_match_the_published_layouts():
     assert {"aa_table3", "aa_table4", "aa_table5", "aa_table6_em", "aa_table6_es", "aa_table12", "aa_table13",
             "aa_table14"} <= set(by_id)
     for spec in PAPER_A_SPECS:
-        if spec.paper_csv and PAPER_TABLES.is_dir():
+        if spec.paper_csv:
             rows = list(csv.reader(open(PAPER_TABLES / Path(spec.paper_csv).name, encoding="utf-8")))
             # our columns are the paper's, in order
             width = len(spec.columns) + int(spec.avg)

@@ -1,6 +1,6 @@
 """Paper A's tables (Chi, Fan, Rudnicky) as specs over the results CSV.
 
-Columns follow the published CSVs (``shared/paper/attention-alignment-tables``) positionally, so
+Columns follow the published CSVs (``lengthx/published/attention-alignment-tables``) positionally, so
 ``--compare-paper`` pairs our value with the paper's by position. Column settings are the task configs'
 labels (``conf/task/*.yaml``); methods are the rows under each model.
 """

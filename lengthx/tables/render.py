@@ -12,7 +12,9 @@ import argparse
 import csv
 import math
 import os
+import sys
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 
 import pandas as pd
@@ -22,8 +24,8 @@ from lengthx.results import ResultsStore
 from lengthx.tables.intervals import CellInterval, table_intervals
 from lengthx.tables.spec import METHOD_LABELS, PAPER_ROW_METHODS, Column, Row, TableSpec
 
-PAPER_DIR = Path(os.environ.get("LENGTHX_PAPER_DIR",
-                                Path(__file__).resolve().parents[3] / "shared" / "paper"))
+# the published tables ship inside the package (lengthx/published/README.md)
+PAPER_DIR = Path(os.environ.get("LENGTHX_PAPER_DIR") or str(files("lengthx").joinpath("published")))
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 Published = list[tuple[str, str, list[str]]]
 
@@ -54,8 +56,11 @@ def latest_ok(df: pd.DataFrame) -> pd.DataFrame:
 def read_paper_table(spec: TableSpec) -> Published:
     """Published rows of ``spec`` as (row group, row label, values aligned with the spec's columns)."""
     out: Published = [(m, me, list(v)) for m, me, v in spec.paper_values]
-    if spec.paper_csv is None or not (PAPER_DIR / spec.paper_csv).exists():
+    if spec.paper_csv is None:
         return out
+    if not (PAPER_DIR / spec.paper_csv).is_file():
+        raise FileNotFoundError(f"the published table {PAPER_DIR / spec.paper_csv} is missing; reinstall lengthx "
+                                f"or point LENGTHX_PAPER_DIR at a copy of lengthx/published")
     with open(PAPER_DIR / spec.paper_csv, encoding="utf-8") as fh:
         rows = list(csv.reader(fh))
     if spec.paper_key == "pe":  # paper B Tables 3-5: tidy rows (pe, method, values…)
@@ -292,7 +297,9 @@ def tables_main(argv: list[str]) -> None:
     store = ResultsStore(Path(args.results_dir))
     df = store.read()
     if args.compare_paper and not PAPER_DIR.is_dir():
-        print(f"--compare-paper: the published tables are not at {PAPER_DIR}; set LENGTHX_PAPER_DIR")
+        print(f"lengthx tables --compare-paper: the published tables are not at {PAPER_DIR}; reinstall lengthx "
+              f"or point LENGTHX_PAPER_DIR at a copy of lengthx/published", file=sys.stderr)
+        raise SystemExit(2)
     if df.empty:
         print(f"no results in {store.csv_path}; run e.g. 'lengthx run task=passkey method=none' first")
         return

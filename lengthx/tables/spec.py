@@ -73,7 +73,7 @@ class TableSpec:
     methods: tuple[str, ...] = ("none", "pmax", "entropy", "log")
     avg: bool = True
     digits: int = 0
-    paper_csv: str | None = None  # relative to shared/paper/
+    paper_csv: str | None = None  # relative to lengthx/published/
     paper_header_rows: int = 3
     rows: tuple[Row, ...] | None = None
     models: tuple[str, ...] | None = None

@@ -1,0 +1,61 @@
+"""The shipped mini-t5-lm (the mini profile's T5-LM / CodeT5+ stand-in) is what its model card says.
+
+The card's held-out numbers at L_tr were measured by ``scripts/train_mini_t5_lm.py`` with the harness's own
+``lm`` and ``code_completion`` tasks on the exported fp16 weights; here they are measured again from the
+shipped files, on the same held-out examples, and must agree.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+CKPT = ROOT / "lengthx" / "checkpoints" / "mini-t5-lm"
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("train_mini_t5_lm", ROOT / "scripts" / "train_mini_t5_lm.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def meta() -> dict:
+    return json.loads((CKPT / "lengthx_mini.json").read_text())
+
+
+def test_shipped_checkpoint_is_small_fp16_and_its_card_quotes_the_measured_numbers(meta):
+    config = json.loads((CKPT / "config.json").read_text())
+    assert config["dtype"] == "float16" and config["model_type"] == "t5"
+    assert config["relative_attention_max_distance"] <= meta["l_tr"] // 2  # as Flan-T5's 128 at L_tr 512
+    assert sum(p.stat().st_size for p in CKPT.iterdir()) < 12 * 2**20
+    card = (CKPT / "README.md").read_text()
+    for key, fmt in (("ppl", ".3f"), ("em", ".1f"), ("es", ".1f")):
+        assert f"{meta[key]:{fmt}}" in card
+    assert meta["ppl"] < 20 and meta["steps"] >= 1000
+
+
+def test_held_out_numbers_at_l_tr_match_the_model_card(meta):
+    """Perplexity (lm) and next-line EM / ES (code_completion) at L_tr, recomputed from the shipped weights."""
+    got = _script().card_metrics(CKPT, meta["l_tr"], meta["n_eval"])
+    assert got["continuation"] == meta["continuation"]
+    for key in ("ppl", "ppl_tokens", "es"):
+        assert got[key] == pytest.approx(meta[key], rel=1e-4), key
+    assert got["em"] == pytest.approx(meta["em"], abs=1e-9)
+
+
+def test_profile_mini_runs_t5_lm_and_codet5p_as_mini_t5_lm():
+    from lengthx.models.minis import compose_run
+
+    for model in ("t5-large-lm", "t5-xl-lm", "t5-xxl-lm", "codet5p-770m-py"):
+        cfg = compose_run([f"model={model}"])
+        assert Path(cfg.model.path) == CKPT and cfg.model.l_tr == 128 and cfg.model.name == model
+    assert torch.get_num_threads() == 1
