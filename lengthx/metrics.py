@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Sequence
+from functools import lru_cache
 
 _INT = re.compile(r"\d+")
 
@@ -72,20 +73,54 @@ def first_line(output: str) -> str:
     return output.lstrip("\r\n").split("\n")[0]
 
 
+@lru_cache(maxsize=1)
+def _python_parser():
+    import tree_sitter_python
+    from tree_sitter import Language, Parser
+
+    return Parser(Language(tree_sitter_python.language()))
+
+
+def code_tokens(line: str) -> list[str]:
+    """The code tokens of one line, as LongCoder's LCC evaluation compares them: tree-sitter's leaves.
+
+    The line is parsed with tree-sitter's Python grammar (a lone line such as ``else:`` parses with error
+    nodes, whose leaves are still its tokens); zero-width nodes the parser inserts are skipped. When the
+    leaves do not spell the line's non-space characters exactly (a construct the grammar splits oddly),
+    the line falls back to whitespace tokens, CodeXGLUE's plain ``split()``.
+    """
+    tree = _python_parser().parse(line.encode("utf-8"))
+    tokens: list[str] = []
+    stack = [tree.root_node]
+    while stack:
+        node = stack.pop()
+        if node.child_count == 0 or node.type in ("string_content", "comment"):
+            text = line.encode("utf-8")[node.start_byte:node.end_byte].decode("utf-8", errors="replace")
+            if text:
+                tokens.append(text)
+        else:
+            stack.extend(reversed(node.children))
+    if "".join(tokens).replace(" ", "").replace("\t", "") != "".join(line.split()):
+        return line.split()
+    return [w for t in tokens for w in (t.split() if t.strip() else [])]
+
+
 def code_exact_match(pred: str, gt: str) -> bool:
-    """Line-level exact match (CodeXGLUE / LCC): equal whitespace-separated token sequences."""
-    return pred.split() == gt.split()
+    """Line-level exact match (LCC, as LongCoder evaluates it): equal code-token sequences, so
+    ``f(a,b)`` matches ``f(a, b)``; see :func:`code_tokens`."""
+    return code_tokens(pred) == code_tokens(gt)
 
 
 def edit_similarity(pred: str, gt: str) -> float:
-    """Line-level edit similarity in 0..100: fuzzywuzzy's ``fuzz.ratio`` without its rounding.
+    """Line-level edit similarity in 0..100: fuzzywuzzy's ``fuzz.ratio`` without its rounding, of the two
+    lines' code tokens joined by single spaces (LongCoder's LCC evaluation; :func:`code_tokens`).
 
-    That is the normalised Indel similarity ``(1 - indel_distance / (len(pred) + len(gt))) * 100`` (two
-    empty strings are equal: 100), which ``rapidfuzz.fuzz.ratio`` computes exactly.
+    ``fuzz.ratio`` is the normalised Indel similarity ``(1 - indel_distance / (len(a) + len(b))) * 100``
+    (two empty strings are equal: 100), which ``rapidfuzz.fuzz.ratio`` computes exactly.
     """
     from rapidfuzz import fuzz
 
-    return float(fuzz.ratio(pred, gt))
+    return float(fuzz.ratio(" ".join(code_tokens(pred)), " ".join(code_tokens(gt))))
 
 
 # ---- code key retrieval -----------------------------------------------------------------------------------

@@ -234,7 +234,9 @@ class Runner:
             return 1.0
         if name == "fixed":
             return float(self.method.tau)
-        if name == "log":
+        if name == "log":  # task.log_l_ex: the measured mean length, or the setting's value (a bucket's lower bound)
+            if self.cfg.task.get("log_l_ex", "actual") == "setting":
+                l_ex = cell.setting.value
             return log_temperature(l_ex, l_tr)
         return self.aligned_temperature(cell)
 

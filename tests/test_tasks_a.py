@@ -23,6 +23,7 @@ from lengthx.metrics import (
     best_subspan_em,
     code_exact_match,
     code_key_correct,
+    code_tokens,
     edit_similarity,
     first_line,
     lines_correct,
@@ -228,7 +229,8 @@ def test_code_scorers_use_the_first_line():
     assert code_exact_match("return  self._name_", "return self._name_")
     assert not code_exact_match("return self._name", "return self._name_")
     sc = task.score("return self._name\nreturn self._name_", ex)
-    assert sc["exact_match"] == 0.0 and sc["edit_similarity"] == pytest.approx(100 * (1 - 1 / 35))
+    # code tokens "return self . _name" (19 characters) vs "return self . _name_" (20): one insertion
+    assert sc["exact_match"] == 0.0 and sc["edit_similarity"] == pytest.approx(100 * (1 - 1 / 39))
     assert edit_similarity("", "") == 100.0 and edit_similarity("", "abc") == 0.0
     assert code_key_correct(" 42)\nassert x == 7", 42) and not code_key_correct("7 or 42", 42)
 
@@ -252,7 +254,37 @@ def test_edit_similarity_matches_unrounded_fuzz_ratio():
     for _ in range(200):
         a = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
         b = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
-        assert edit_similarity(a, b) == pytest.approx(_indel_ratio(a, b), abs=1e-9)
+        joined = " ".join(code_tokens(a)), " ".join(code_tokens(b))
+        assert edit_similarity(a, b) == pytest.approx(_indel_ratio(*joined), abs=1e-9)
+
+
+def test_code_lines_are_compared_as_tree_sitter_tokens_as_lcc_is_evaluated():
+    """LongCoder's LCC evaluation tokenises both lines with tree-sitter: spacing never decides a match."""
+    assert code_tokens("self.assertEqual(a,b)") == ["self", ".", "assertEqual", "(", "a", ",", "b", ")"]
+    assert code_exact_match("f(a,b)", "f(a, b)") and code_exact_match("x=[1,2]", "x = [ 1 , 2 ]")
+    assert edit_similarity("f(a,b)", "f(a, b)") == 100.0
+    assert not code_exact_match("f(a,b)", "f(a, c)")
+    assert code_tokens("else:") == ["else", ":"]  # a lone line parses with error nodes; its leaves still count
+    assert code_tokens('s = "two words"  # note') == ["s", "=", '"', "two", "words", '"', "#", "note"]
+    # a no-break space is a leaf of its own that no plain split removes: the leaves do not spell the line's
+    # non-space characters, so the line falls back to whitespace tokens
+    assert code_tokens("f(a,\u00a0b)") == ["f(a,", "b)"]
+
+
+def test_code_completion_log_tau_uses_the_bucket_lower_bound_as_table_11():
+    """Paper A Table 11's log row is log 768 / log(n·1000), the bucket's lower bound, in every column."""
+    from lengthx.alignment import log_temperature
+    from lengthx.models.minis import compose
+    from lengthx.runner import Cell, Runner
+
+    cfg = compose(["profile=paper", "model=codet5p-770m-py", "task=code_completion", "method=log"])
+    assert cfg.task.log_l_ex == "setting"
+    runner = Runner(cfg, loaded=type("Loaded", (), {"l_tr": 768})())
+    setting = resolve_settings(cfg.task, "paper", 768)[0]
+    examples = [type("E", (), {"actual_tokens": n})() for n in (1200, 1700)]  # measured lengths in the bucket
+    tau = runner.temperature(Cell("codet5p-770m-py", "log", "code_completion", setting), examples)
+    assert tau == pytest.approx(math.log(768) / math.log(1000)) and round(tau, 2) == 0.96
+    assert tau != pytest.approx(log_temperature(1450, 768))
 
 
 # ---- token-exact lengths in the mini profile ----------------------------------------------------------

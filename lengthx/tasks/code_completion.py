@@ -391,8 +391,8 @@ class CodeCompletionTask:
     def score(self, output: str, example: Example) -> dict[str, float]:
         """EM (0/100) and edit similarity (0-100) of the output's first line against the ground truth.
 
-        Both sides are stripped of surrounding whitespace (indentation is not part of the completion and
-        T5 tokenizers do not reproduce it); EM compares whitespace-split tokens, ES the stripped strings.
+        Both lines are compared as code tokens (:func:`lengthx.metrics.code_tokens`: tree-sitter's leaves, as
+        LongCoder's LCC evaluation tokenises them), so spacing and indentation never decide a match.
         """
         pred, gt = first_line(output).strip(), str(example.target).strip()
         return {"exact_match": 100.0 * code_exact_match(pred, gt), "edit_similarity": edit_similarity(pred, gt)}
