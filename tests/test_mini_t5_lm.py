@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 CKPT = ROOT / "lengthx" / "checkpoints" / "mini-t5-lm"
@@ -58,4 +57,3 @@ def test_profile_mini_runs_t5_lm_and_codet5p_as_mini_t5_lm():
     for model in ("t5-large-lm", "t5-xl-lm", "t5-xxl-lm", "codet5p-770m-py"):
         cfg = compose_run([f"model={model}"])
         assert Path(cfg.model.path) == CKPT and cfg.model.l_tr == 128 and cfg.model.name == model
-    assert torch.get_num_threads() == 1
