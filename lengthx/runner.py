@@ -150,17 +150,34 @@ class FirstLineDone:
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
-def generate(loaded: LoadedModel, prompts: list[str], max_new_tokens: int, first_line: bool = False) -> list[str]:
+def whitespace_token_ids(tokenizer) -> list[int]:
+    """Ids of the tokens that decode to whitespace only (``▁``, ``\\n``, a BPE run of spaces, ...)."""
+    cached = getattr(tokenizer, "_lengthx_whitespace_ids", None)
+    if cached is None:
+        # decode each token after an anchor token: a lone "▁" decodes to "" (SentencePiece drops a leading space)
+        anchor = tokenizer("a", add_special_tokens=False)["input_ids"][-1]
+        base = tokenizer.decode([anchor])
+        ids = sorted(set(tokenizer.get_vocab().values()) - set(tokenizer.all_special_ids))
+        texts = tokenizer.batch_decode([[anchor, i] for i in ids])
+        cached = [i for i, t in zip(ids, texts, strict=True)
+                  if t.startswith(base) and t[len(base):] and not t[len(base):].strip()]
+        tokenizer._lengthx_whitespace_ids = cached
+    return cached
+
+
+def generate(loaded: LoadedModel, prompts: list[str], max_new_tokens: int, first_line: bool = False,
+             start_with_text: bool = False) -> list[str]:
     """Greedy decoding; returns only the newly generated text (up to its first complete line when
-    ``first_line``)."""
+    ``first_line``; with ``start_with_text`` the first token may not be whitespace only)."""
     from transformers import StoppingCriteriaList
 
     batch = encode(loaded, prompts)
     prompt_length = 0 if loaded.family.encoder_decoder else batch["input_ids"].shape[1]
     stop = StoppingCriteriaList([FirstLineDone(loaded.tokenizer, prompt_length)]) if first_line else None
+    extra = {"begin_suppress_tokens": whitespace_token_ids(loaded.tokenizer)} if start_with_text else {}
     with torch.no_grad():
         out = loaded.model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
-                                    pad_token_id=loaded.tokenizer.pad_token_id, stopping_criteria=stop)
+                                    pad_token_id=loaded.tokenizer.pad_token_id, stopping_criteria=stop, **extra)
     if not loaded.family.encoder_decoder:
         out = out[:, prompt_length:]
     return loaded.tokenizer.batch_decode(out, skip_special_tokens=True)
@@ -350,7 +367,8 @@ class Runner:
                     chunk_scores = self.task.evaluate(self.loaded, chunk, batch_size=bs)
                 else:
                     outputs = generate(self.loaded, [e.prompt for e in chunk], self.task.max_new_tokens,
-                                       first_line=getattr(self.task, "scores_first_line", False))
+                                       first_line=getattr(self.task, "scores_first_line", False),
+                                       start_with_text=getattr(self.task, "start_with_text", False))
                     chunk_scores = [self.task.score(o, e) for o, e in zip(outputs, chunk, strict=True)]
                 for ex, output, sc in zip(chunk, outputs, chunk_scores, strict=True):
                     self.store.append_record(cell.key, {

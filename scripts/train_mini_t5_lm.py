@@ -218,7 +218,8 @@ def card_metrics(path: Path | str, l_tr: int, n: int) -> dict:
     examples = code.examples(at_l_tr, loaded.tokenizer, n, 0)
     outputs = []
     for i in range(0, n, 8):
-        outputs += generate(loaded, [e.prompt for e in examples[i:i + 8]], code.max_new_tokens, first_line=True)
+        outputs += generate(loaded, [e.prompt for e in examples[i:i + 8]], code.max_new_tokens, first_line=True,
+                            start_with_text=code.start_with_text)
     graded = [code.score(o, e) for o, e in zip(outputs, examples, strict=True)]
     return {
         "n_eval": n, "continuation": int(cfg.task.continuation_tokens),

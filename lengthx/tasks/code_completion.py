@@ -289,8 +289,10 @@ class CodeCompletionTask:
 
     def __init__(self, max_new_tokens: int = 64, source: str = "auto", data_path: str | None = None,
                  hf_dataset: str = LCC_DATASET, hf_split: str = "test", bucket_width: int = BUCKET_WIDTH,
-                 profile: str = "mini", stdlib_split: str = "all", same_text: bool = False):
+                 profile: str = "mini", stdlib_split: str = "all", same_text: bool = False,
+                 start_with_text: bool = False):
         self.max_new_tokens = max_new_tokens
+        self.start_with_text = bool(start_with_text)  # the first generated token may not be whitespace only
         self.stdlib_split, self.same_text = stdlib_split, bool(same_text)
         self.longest: int | None = None  # same_text: the sweep's longest context (set by the runner)
         self.source = resolve_source(source, data_path, profile)
@@ -307,7 +309,8 @@ class CodeCompletionTask:
                    hf_split=task_cfg.get("hf_split", "test"),
                    bucket_width=int(task_cfg.get("bucket_width", BUCKET_WIDTH)), profile=profile,
                    stdlib_split=str(task_cfg.get("stdlib_split", "all")),
-                   same_text=bool(task_cfg.get("same_text", False)))
+                   same_text=bool(task_cfg.get("same_text", False)),
+                   start_with_text=bool(task_cfg.get("start_with_text", False)))
 
     # ---- rows ------------------------------------------------------------------------------------------
     def rows(self) -> list[CodeRow]:
