@@ -143,9 +143,11 @@ def test_kill_and_resume_is_exact(models, corpus, tmp_path):
         load_file(resumed.final_dir / "model.safetensors"),
     )
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
-    oa = torch.load(tmp_path / "a/checkpoints/step-0000006/optimizer.bin", weights_only=False)
-    ob = torch.load(tmp_path / "b/checkpoints/step-0000006/optimizer.bin", weights_only=False)
-    assert all(torch.equal(oa["state"][i]["exp_avg_sq"], ob["state"][i]["exp_avg_sq"]) for i in oa["state"])
+    # the optimizer's moments, read back as tensors only (checkpoints hold safetensors and JSON)
+    oa = load_file(tmp_path / "a/checkpoints/step-0000006/optimizer.safetensors")
+    ob = load_file(tmp_path / "b/checkpoints/step-0000006/optimizer.safetensors")
+    assert oa.keys() == ob.keys() and any(k.endswith("/exp_avg_sq") for k in oa)
+    assert all(torch.equal(oa[k], ob[k]) for k in oa)
     # a different configuration in the same directory is refused
     with pytest.raises(FileExistsError, match="another configuration"):
         train(
