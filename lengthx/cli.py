@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lengthx.config import CONF_DIR, register_resolvers
-from lengthx.errors import UserError, debug_enabled
+from lengthx.errors import UserError, debug_enabled, one_line
 
 GROUPS = ("model", "method", "task", "profile", "experiment")
 USAGE = """usage: lengthx <command> [args]
@@ -49,10 +49,6 @@ class UsageError(UserError):
 USER_ERRORS = (UserError, ValueError, FileNotFoundError, FileExistsError)  # exit status 2
 
 
-def _one_line(err: BaseException) -> str:
-    return " ".join(line.strip() for line in str(err).splitlines() if line.strip())
-
-
 @contextmanager
 def reported(prog: str = "lengthx") -> Iterator[None]:
     """Errors as one line on stderr: exit 2 for a mistake the user can fix (:data:`USER_ERRORS`), 1 for anything
@@ -67,12 +63,12 @@ def reported(prog: str = "lengthx") -> Iterator[None]:
     except USER_ERRORS as err:
         if debug_enabled():
             raise
-        print(f"{prog}: {_one_line(err)}", file=sys.stderr)
+        print(f"{prog}: {one_line(str(err))}", file=sys.stderr)
         sys.exit(2)
     except Exception as err:
         if debug_enabled():
             raise
-        print(f"{prog}: unexpected {type(err).__name__}: {_one_line(err)} (rerun with --debug or LENGTHX_DEBUG=1 "
+        print(f"{prog}: unexpected {type(err).__name__}: {one_line(str(err))} (rerun with --debug or LENGTHX_DEBUG=1 "
               "for the traceback)", file=sys.stderr)
         sys.exit(1)
 

@@ -15,6 +15,11 @@ class UserError(Exception):
     """A mistake in the command line, the config, a file or the environment, reported as one line (exit 2)."""
 
 
+def one_line(text: str) -> str:
+    """``text`` with its lines joined: an error message as the one line the command prints."""
+    return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
 def debug_enabled() -> bool:
     """Whether ``--debug`` or ``LENGTHX_DEBUG=1`` asked for tracebacks."""
     return os.environ.get("LENGTHX_DEBUG", "").strip().lower() not in ("", "0", "false", "no")

@@ -312,7 +312,7 @@ class ResultsStore:
         if problem is not None:
             line, what = problem
             if line == 1:
-                fix = f"make line 1 the header again, exactly: {HEADER}"
+                fix = f"put the header back as line 1, exactly: {HEADER}"
             else:
                 fix = (f"delete that line (sed -i '{line}d' {self.csv_path}); the cells it held are recomputed on "
                        "the next run")

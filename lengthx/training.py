@@ -851,6 +851,9 @@ _LEGACY_FILE = re.compile(r"model\.safetensors|optimizer\.bin|scaler\.pt|custom_
 class CheckpointError(UserError, ValueError):
     """A checkpoint directory that a run does not resume from; the message names the file and the fix."""
 
+    def __init__(self, problem: str, directory: Path):
+        super().__init__(f"{problem}; delete {directory} to resume from the checkpoint before it (or to restart)")
+
 
 @dataclass
 class CheckpointParts:
@@ -926,14 +929,12 @@ def load_checkpoint(directory: Path, parts: CheckpointParts) -> None:
     rng_file = f"rng-{acc.process_index}.json"
     missing = [n for n in (*sorted(allowed), rng_file) if n not in names]
     if missing:
-        raise CheckpointError(f"{directory / missing[0]} is missing (an incomplete checkpoint); delete {directory} "
-                              "to resume from the checkpoint before it")
+        raise CheckpointError(f"{directory / missing[0]} is missing (an incomplete checkpoint)", directory)
     try:
         meta = json.loads((directory / CHECKPOINT_STATE).read_text())
         rng = json.loads((directory / rng_file).read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"a JSON file of {directory} is damaged ({err}); delete {directory} to resume from "
-                              "the checkpoint before it") from None
+        raise CheckpointError(f"a JSON file of {directory} is damaged ({err})", directory) from None
     load_model(acc.unwrap_model(parts.model), str(directory / CHECKPOINT_MODEL), device="cpu")
     opt_state: dict[Any, dict[str, Any]] = {}
     for key, tensor in load_file(str(directory / CHECKPOINT_OPTIMIZER)).items():
@@ -954,8 +955,7 @@ def _refuse_foreign(directory: Path, foreign: list[str]) -> None:
         raise CheckpointError(
             f"{directory / foreign[0]} is not part of a lengthx checkpoint, which holds only safetensors and JSON "
             "files; refusing to load it (a pickle can run code when it is loaded). Delete that file if you trust "
-            f"the rest, or delete {directory} to resume from the checkpoint before it"
-        )
+            "the rest of the directory", directory)
 
 
 def _load_legacy_checkpoint(directory: Path, names: list[str], parts: CheckpointParts) -> None:
@@ -972,12 +972,10 @@ def _load_legacy_checkpoint(directory: Path, names: list[str], parts: Checkpoint
         try:
             return accelerate_load(directory / name, map_location="cpu", weights_only=True)
         except FileNotFoundError:
-            raise CheckpointError(f"{directory / name} is missing (an incomplete checkpoint); delete {directory} "
-                                  "to resume from the checkpoint before it") from None
+            raise CheckpointError(f"{directory / name} is missing (an incomplete checkpoint)", directory) from None
         except Exception as err:  # noqa: BLE001 - the weights-only unpickler refuses what could run code
             raise CheckpointError(f"{directory / name}: refusing to load it: it holds more than tensors and plain "
-                                  f"values ({type(err).__name__}); delete {directory} to resume from the "
-                                  "checkpoint before it") from None
+                                  f"values ({type(err).__name__})", directory) from None
 
     load_model(acc.unwrap_model(parts.model), str(directory / CHECKPOINT_MODEL), device="cpu")
     parts.optimizer.load_state_dict(read("optimizer.bin"))

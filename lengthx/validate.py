@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from lengthx.errors import UserError
+from lengthx.errors import UserError, one_line
 
 MAX_SETTING = 10_000_000  # the longest setting accepted, in task.unit (10M tokens is far past any model here)
 
@@ -136,14 +136,14 @@ def validate_run_config(cfg: DictConfig, environment: bool = True, checked: set[
     if not environment:
         return
     checked = set() if checked is None else checked
-    results_dir = str(cfg.results_dir)
-    if results_dir not in checked:
-        ResultsStore(Path(results_dir)).check()
-        checked.add(results_dir)
     path = cfg.model.get("path")
     if path and str(path) not in checked:
         check_checkpoint_dir(str(path), str(cfg.model.name))
         checked.add(str(path))
+    results_dir = str(cfg.results_dir)
+    if results_dir not in checked:
+        ResultsStore(Path(results_dir)).check()
+        checked.add(results_dir)
 
 
 def compose_checked(overrides: list[str]) -> DictConfig:
@@ -163,7 +163,7 @@ def composition_error(err: Exception, overrides: list[str]) -> ConfigError:
     """Hydra's error on composing ``overrides`` as one line; for an unknown key, with "did you mean"."""
     from lengthx.config import compose
 
-    text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+    text = one_line(str(err))
     match = re.search(r"Could not override '([^']+)'", text)
     if match is None:
         return ConfigError(text)

@@ -477,6 +477,7 @@ def test_a_pickle_planted_in_a_training_checkpoint_is_refused(models, corpus, tm
     assert not marker.exists()
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")  # the planted pickle, read weights-only
 def test_an_accelerate_checkpoint_resumes_with_weights_only_loads(tmp_path):
     """Checkpoints in Accelerate's ``save_state`` layout (how lengthx saved them before) still resume, each
     file through the weights-only unpickler; a pickle planted there is refused as well."""
