@@ -1,16 +1,24 @@
 """The ``lengthx`` command: run | calibrate | train | stats | tables | figures | ls (DESIGN §1, §11).
 
 ``run`` and ``calibrate`` take Hydra overrides (``lengthx run task=passkey method=pmax``, ``-m`` sweeps,
-launchers); unknown config names fail before anything is loaded, with the valid names listed.
+launchers); unknown config names fail before anything is loaded, with the valid names listed, and every job's
+config is validated (:mod:`lengthx.validate`) before Hydra starts. A mistake the user can fix is one line on
+stderr and exit status 2, never a traceback (``--debug`` or ``LENGTHX_DEBUG=1`` shows it); Ctrl-C during
+``run`` says how much was kept (docs/results.md).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from lengthx.config import CONF_DIR, register_resolvers
+from lengthx.errors import UserError, debug_enabled, one_line
 
 GROUPS = ("model", "method", "task", "profile", "experiment")
 USAGE = """usage: lengthx <command> [args]
@@ -26,14 +34,43 @@ commands:
   figures [--results-dir DIR] [--out DIR]   Figures 1, 2/5 and the temperature curves (PNG + PDF)
   ls                     list models, methods, tasks, profiles and experiments
 
+--debug (or LENGTHX_DEBUG=1) shows the Python traceback of an error instead of its one-line message.
+
 run and stats take --dry-run: list the cells (model|method|task|setting) a run or sweep would compute and
 how many cells of each paper table they fill, without loading a model or writing results, e.g.
   lengthx run -m experiment=aa_table4 profile=paper --dry-run
 """
 
 
-class UsageError(Exception):
+class UsageError(UserError):
     """A user mistake reported as one paragraph, without a traceback."""
+
+
+USER_ERRORS = (UserError, ValueError, FileNotFoundError, FileExistsError)  # exit status 2
+
+
+@contextmanager
+def reported(prog: str = "lengthx") -> Iterator[None]:
+    """Errors as one line on stderr: exit 2 for a mistake the user can fix (:data:`USER_ERRORS`), 1 for anything
+    else, 130 for Ctrl-C. With ``--debug`` / ``LENGTHX_DEBUG=1`` the error propagates, traceback and all."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if debug_enabled():
+            raise
+        print("interrupted; rerun the same command to resume", file=sys.stderr)
+        sys.exit(130)
+    except USER_ERRORS as err:
+        if debug_enabled():
+            raise
+        print(f"{prog}: {one_line(str(err))}", file=sys.stderr)
+        sys.exit(2)
+    except Exception as err:
+        if debug_enabled():
+            raise
+        print(f"{prog}: unexpected {type(err).__name__}: {one_line(str(err))} (rerun with --debug or LENGTHX_DEBUG=1 "
+              "for the traceback)", file=sys.stderr)
+        sys.exit(1)
 
 
 def choices(group: str, groups: dict[str, Path] | None = None) -> list[str]:
@@ -65,23 +102,52 @@ def check_overrides(overrides: list[str], groups: dict[str, Path] | None = None,
 _register_resolvers = register_resolvers  # the name the tests and train_cli import
 
 
-def _hydra_entry(task_fn, argv: list[str], prog: str) -> None:
-    """Run ``task_fn(cfg)`` under Hydra with ``argv`` as overrides (so -m and launchers work)."""
+# Hydra flags after which the command line is not a run to validate (Hydra prints or inspects something)
+HYDRA_INSPECT_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc",
+                       "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun")
+
+
+def validate_jobs(argv: list[str], environment: bool = True) -> None:
+    """Validate the config of every job ``argv`` starts (each job of a ``-m`` sweep) before Hydra starts one:
+    values (:func:`lengthx.validate.validate_run_config`) and, with ``environment``, ``results_dir`` and
+    ``model.path``. Raises the first problem as one line naming the key (or file) and the fix."""
+    from hydra.errors import HydraException
+
+    from lengthx.models.minis import apply_profile
+    from lengthx.validate import compose_checked, composition_error, validate_run_config
+
+    if any(a in HYDRA_INSPECT_FLAGS for a in argv):
+        return
+    overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith("hydra")]
+    jobs = [overrides]
+    if "-m" in argv or "--multirun" in argv:
+        try:
+            jobs = sweep_jobs(overrides)[1]
+        except HydraException as err:
+            raise composition_error(err, overrides) from None
+    checked: set[str] = set()
+    for job in jobs:
+        validate_run_config(apply_profile(compose_checked(job)), environment, checked)
+
+
+def _hydra_entry(task_fn, argv: list[str], prog: str, environment: bool = True) -> None:
+    """Run ``task_fn(cfg)`` under Hydra with ``argv`` as overrides (so -m and launchers work), once every job's
+    config is validated (``environment``: its results directory and model directory too)."""
     import hydra
 
     from lengthx.models.minis import apply_profile
 
     check_overrides(argv)
     _register_resolvers()
+    validate_jobs(argv, environment)
     sys.argv = [prog, *argv]
+    if debug_enabled():
+        os.environ["HYDRA_FULL_ERROR"] = "1"
 
     def job(cfg) -> None:
-        try:
+        with reported(prog):
             apply_profile(cfg)  # profile=mini: a paper model runs as its shipped mini
-        except ValueError as err:
-            print(f"lengthx: {err}", file=sys.stderr)
-            sys.exit(2)
-        task_fn(cfg)
+            task_fn(cfg)
 
     hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")(job)()
 
@@ -109,7 +175,7 @@ def _hydra_command(task_fn, argv: list[str], prog: str, dry_run_fn=None) -> None
     DRY_RUN_CELLS.clear()
     try:
         _hydra_entry(dry_run_fn, [*argv, f"hydra.run.dir={tmp}/run", f"hydra.sweep.dir={tmp}/sweep",
-                                  "hydra.output_subdir=null"], prog)
+                                  "hydra.output_subdir=null"], prog, environment=False)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     _print_plan(DRY_RUN_CELLS, argv)
@@ -123,11 +189,7 @@ def _dry_run_job(cfg, stats: bool = False) -> None:
     if reason:
         print(f"not a cell: {reason}")
         return
-    try:
-        cells = planned_cells(cfg, stats=stats)
-    except ValueError as err:
-        print(f"lengthx: {err}", file=sys.stderr)
-        sys.exit(2)
+    cells = planned_cells(cfg, stats=stats)
     name = (cfg.get("experiment_info") or {}).get("name", "-")
     for cell in cells:
         print(f"cell {cell.key}  ({cell.setting.value} {cell.setting.unit})")
@@ -150,23 +212,32 @@ def _print_plan(cells: list[tuple[str, str]], overrides: list[str]) -> None:
             print(f"  {spec.id:16s} {len(filled):4d} / {'?' if pub is None else pub}")
 
 
-def experiment_jobs(experiment: str, overrides: list[str]) -> tuple[str, list[list[str]]]:
-    """(command, job overrides) of ``experiment``'s sweep, expanded as Hydra's basic sweeper expands it:
-    the experiment's ``hydra.sweeper.params``, with command-line overrides taking precedence."""
+def sweep_jobs(overrides: list[str]) -> tuple[Any, list[list[str]]]:
+    """(config, job overrides) of a multirun of ``overrides``, expanded as Hydra's basic sweeper expands it:
+    the config's ``hydra.sweeper.params`` (an experiment's sweep), with command-line overrides taking
+    precedence. The config is composed from the overrides that are not sweeps."""
     from hydra import compose, initialize_config_dir
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     _register_resolvers()
+    parser = OverridesParser.create()
+    fixed = [o.input_line for o in parser.parse_overrides(overrides) if not o.is_sweep_override()]
+    GlobalHydra.instance().clear()
     with initialize_config_dir(str(CONF_DIR), version_base=None):
-        cfg = compose("config", overrides=[f"experiment={experiment}", *overrides], return_hydra_config=True)
+        cfg = compose("config", overrides=fixed, return_hydra_config=True)
     params = {str(k): str(v) for k, v in (cfg.hydra.sweeper.params or {}).items()}
     given = {ov.split("=", 1)[0] for ov in overrides if "=" in ov}
     sweep = [f"{k}={v}" for k, v in params.items() if k not in given] + overrides
-    parsed = OverridesParser.create().parse_overrides(sweep)
-    jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
-    command = str((cfg.get("experiment_info") or {}).get("command", "run"))
-    return command, [[f"experiment={experiment}", *job] for job in jobs]
+    jobs = [job for batch in BasicSweeper.split_arguments(parser.parse_overrides(sweep), None) for job in batch]
+    return cfg, jobs
+
+
+def experiment_jobs(experiment: str, overrides: list[str]) -> tuple[str, list[list[str]]]:
+    """(command, job overrides) of ``experiment``'s sweep (:func:`sweep_jobs` of ``experiment=…``)."""
+    cfg, jobs = sweep_jobs([f"experiment={experiment}", *overrides])
+    return str((cfg.get("experiment_info") or {}).get("command", "run")), jobs
 
 
 def _plan(argv: list[str]) -> None:
@@ -197,23 +268,26 @@ def _plan(argv: list[str]) -> None:
 
 
 def _run(cfg) -> None:
-    from lengthx.models.loading import ModelNotAvailable
     from lengthx.runner import Runner, experiment_skip_reason
 
     reason = experiment_skip_reason(cfg)
     if reason:
         print(f"skipped: {reason}")
         return
-    try:
-        if cfg.task.name == "segmented_ppl":  # paper B: perplexity of (continued-)pre-trained decoders
-            from lengthx.tasks.segmented_ppl import run_task
+    if cfg.task.name == "segmented_ppl":  # paper B: perplexity of (continued-)pre-trained decoders
+        from lengthx.tasks.segmented_ppl import run_task
 
-            summary = run_task(cfg)
-        else:
-            summary = Runner(cfg).run()
-    except (ModelNotAvailable, ValueError) as err:
-        print(f"lengthx: {err}", file=sys.stderr)
-        sys.exit(2)
+        summary = run_task(cfg)
+    else:
+        runner = Runner(cfg)
+        try:
+            summary = runner.run()
+        except KeyboardInterrupt:
+            if debug_enabled():
+                raise
+            kept, total = runner.kept_examples()
+            print(f"interrupted; rerun the same command to resume: {kept} of {total} examples kept", file=sys.stderr)
+            sys.exit(130)
     for s in summary:
         print(f"{s['cell']:60s} {s['status']:6s} {s.get('value', '')}")
 
@@ -222,43 +296,33 @@ def _calibrate(cfg) -> None:
     """``lengthx calibrate``: Algorithm 1 per setting, printed with the statistics that chose τ."""
     import json
 
-    from lengthx.models.loading import ModelNotAvailable
     from lengthx.runner import Cell, Runner, method_id
 
     if cfg.method.name not in ("pmax", "entropy"):
         print(f"lengthx calibrate needs method=pmax or method=entropy, got method={cfg.method.name}",
               file=sys.stderr)
         sys.exit(2)
-    try:
-        runner = Runner(cfg)
-        for setting in runner.settings():
-            cell = Cell(cfg.model.name, method_id(cfg.method), runner.task.name, setting)
-            tau, path, cached = runner.aligned_temperature_with_source(cell)
-            info = json.loads(path.read_text())
-            source = "cache" if cached else f"computed, {info['forward_passes']} forward passes"
-            head = f"{cell.task} {setting.label:>6} ({setting.value} {setting.unit}, L_ex={info['L_ex']:.0f})"
-            if isinstance(tau, list):
-                print(f"{head}: per-layer τ={tau}  S̄_tr(1) per layer={[round(t, 4) for t in info['target']]}"
-                      f"  [{source}]")
-            else:
-                ev = ", ".join(f"{k}:{v:.4f}" for k, v in info["evaluated"].items())
-                print(f"{head}: τ={tau:.2f}  S̄_tr(1)={info['target']:.4f}  [{source}]  S̄_ex(τ): {ev}")
-        print(f"cache: {Path(cfg.results_dir) / 'calibration'}")
-    except ModelNotAvailable as err:
-        print(f"lengthx: {err}", file=sys.stderr)
-        sys.exit(2)
+    runner = Runner(cfg)
+    for setting in runner.settings():
+        cell = Cell(cfg.model.name, method_id(cfg.method), runner.task.name, setting)
+        tau, path, cached = runner.aligned_temperature_with_source(cell)
+        info = json.loads(path.read_text())
+        source = "cache" if cached else f"computed, {info['forward_passes']} forward passes"
+        head = f"{cell.task} {setting.label:>6} ({setting.value} {setting.unit}, L_ex={info['L_ex']:.0f})"
+        if isinstance(tau, list):
+            print(f"{head}: per-layer τ={tau}  S̄_tr(1) per layer={[round(t, 4) for t in info['target']]}"
+                  f"  [{source}]")
+        else:
+            ev = ", ".join(f"{k}:{v:.4f}" for k, v in info["evaluated"].items())
+            print(f"{head}: τ={tau:.2f}  S̄_tr(1)={info['target']:.4f}  [{source}]  S̄_ex(τ): {ev}")
+    print(f"cache: {Path(cfg.results_dir) / 'calibration'}")
 
 
 def _stats(cfg) -> None:
     from lengthx.analysis import run_statistics
-    from lengthx.models.loading import ModelNotAvailable
     from lengthx.runner import Runner
 
-    try:
-        summary = run_statistics(Runner(cfg))
-    except ModelNotAvailable as err:
-        print(f"lengthx: {err}", file=sys.stderr)
-        sys.exit(2)
+    summary = run_statistics(Runner(cfg))
     for s in summary:
         print(f"{s['cell']:60s} {s['status']:6s} P_max={s.get('value', '')}")
 
@@ -286,12 +350,15 @@ def _first_comment(path: Path) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--debug" in argv:
+        argv = [a for a in argv if a != "--debug"]
+        os.environ["LENGTHX_DEBUG"] = "1"
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return
     cmd, rest = argv[0], argv[1:]
-    try:
+    with reported():
         if cmd == "run":
             _hydra_command(_run, rest, "lengthx run", dry_run_fn=_dry_run_job)
         elif cmd == "plan":
@@ -317,9 +384,6 @@ def main(argv: list[str] | None = None) -> None:
         else:
             raise UsageError(f"unknown command '{cmd}'. Valid commands: run, calibrate, train, stats, plan, tables, "
                              "figures, ls.")
-    except UsageError as err:
-        print(f"lengthx: {err}", file=sys.stderr)
-        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Run cells: (model, method, task, setting) → per-example records → tidy CSV rows (DESIGN §1, §7).
 
 A finished cell is skipped; an interrupted one continues from its records; an OOM or exception in one cell
-becomes a ``status`` row and the sweep goes on with the next setting.
+becomes a ``status`` row and the sweep goes on with the next setting. A store that cannot be written (a full
+disk) or a model that cannot load stops the sweep instead (docs/results.md).
 """
 
 from __future__ import annotations
@@ -21,7 +22,16 @@ from tqdm.auto import tqdm
 from lengthx.alignment import calibrate, calibrate_per_layer, closed_form_temperature, log_temperature
 from lengthx.attention.temperature import clear_temperature, set_temperature
 from lengthx.models.loading import LoadedModel, ModelNotAvailable, load_model, weights_fingerprint
-from lengthx.results import ResultsStore, git_commit, now, safe_name, versions
+from lengthx.results import (
+    ResultsStore,
+    StoreError,
+    git_commit,
+    now,
+    read_json,
+    safe_name,
+    versions,
+    write_json,
+)
 from lengthx.tasks import Example, Setting, build_task, resolve_settings
 
 log = logging.getLogger("lengthx")
@@ -207,13 +217,36 @@ class Runner:
     def settings(self) -> list[Setting]:
         return resolve_settings(self.cfg.task, self.cfg.profile.name, int(self.cfg.model.l_tr))
 
+    @property
+    def cell_metrics(self) -> list[str]:
+        """The metrics of a finished cell's rows: the task's, and τ."""
+        return [*self.task.metrics, "tau"]
+
+    def num_examples(self) -> int:
+        """Examples per setting: ``task.num_examples``, else the profile's count, else the paper's."""
+        for n in (self.cfg.task.get("num_examples"), self.cfg.profile.get("num_examples"),
+                  self.cfg.task.get("paper_num_examples")):
+            if n is not None:
+                return int(n)
+        raise ValueError("no example count: set task.num_examples=N")
+
+    def kept_examples(self) -> tuple[int, int]:
+        """(examples whose records are on disk, examples of all settings) of this run, for an interrupted one."""
+        n, settings = self.num_examples(), self.settings()
+        kept = 0
+        for setting in settings:
+            key = Cell(self.cfg.model.name, method_id(self.method), self.task.name, setting).key
+            chash = cell_hash(self.cfg, setting, self.weights)
+            kept += min(n, sum(r.get("config_hash") == chash for r in self.store.load_records(key).values()))
+        return kept, n * len(settings)
+
     def run(self) -> list[dict[str, Any]]:
         """Run all settings; returns a summary per cell (status, value of the first metric)."""
         summary = []
         for setting in self.settings():
             cell = Cell(self.cfg.model.name, method_id(self.method), self.task.name, setting)
             chash = cell_hash(self.cfg, setting, self.weights)
-            if self.store.is_done(cell.key, chash):
+            if self.store.is_done(cell.key, chash, self.cell_metrics):
                 log.info("skip finished cell %s", cell.key)
                 summary.append({"cell": cell.key, "status": "done"})
                 continue
@@ -223,8 +256,8 @@ class Runner:
                 status = "ok"
             except (torch.OutOfMemoryError, MemoryError) as err:
                 rows, status = [self._status_row(cell, chash, "oom", err, start)], "oom"
-            except ModelNotAvailable:
-                raise  # no cell of this model can run: stop with the loader's message
+            except (ModelNotAvailable, StoreError):
+                raise  # no cell of this model can run, or none can be recorded: stop with that message
             except Exception as err:  # one failing cell must not sink the sweep
                 log.error("cell %s failed: %s: %s (recorded as a status row; the sweep goes on)", cell.key,
                           type(err).__name__, err)
@@ -238,7 +271,7 @@ class Runner:
     # ---- one cell ---------------------------------------------------------------------------------------
     def examples(self, setting: Setting, seed_offset: int = 0, n: int | None = None) -> list[Example]:
         if n is None:
-            n = self.cfg.task.num_examples or self.cfg.profile.get("num_examples") or self.cfg.task.paper_num_examples
+            n = self.num_examples()
         return self.task.examples(setting, self.loaded.tokenizer, int(n), int(self.cfg.task.seed) + seed_offset)
 
     def temperature(self, cell: Cell, examples: list[Example]) -> float | list[float]:
@@ -278,8 +311,9 @@ class Runner:
         """(τ, cache file, whether it came from the cache) of Algorithm 1 for this cell."""
         m = self.method
         path, key = self.calibration_path(cell)
-        if path.exists():
-            return json.loads(path.read_text())["tau"], path, True
+        cached = read_json(path, required=("tau",))  # a damaged cache is set aside and recomputed
+        if cached is not None:
+            return cached["tau"], path, True
         n, cal = int(self.cfg.calibration.num_examples), self.cfg.calibration
         stride = int(cal.get("row_stride", 1))
         ref_setting = Setting("L_tr", self.loaded.l_tr, "tokens")
@@ -303,10 +337,7 @@ class Runner:
             info = {"target": result.target, "evaluated": {str(k): v for k, v in result.evaluated.items()},
                     "forward_passes": result.forward_passes}
         info["L_ex"] = sum(e.actual_tokens for e in extra_ex) / len(extra_ex)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({**key, "tau": tau, **info}, indent=1))
-        tmp.replace(path)
+        write_json(path, {**key, "tau": tau, **info})
         log.info("%s: τ=%s (%d forward passes)", cell.key, tau, info["forward_passes"])
         return tau, path, False
 
@@ -336,11 +367,27 @@ class Runner:
                                {**e.meta, "chat_template": str(template), "task_prompt_tokens": e.actual_tokens}))
         return out
 
+    def batches(self, examples: list[Example]) -> list[list[Example]]:
+        """Consecutive runs of at most ``batch_size`` examples and ``batch_tokens`` prompt tokens (always at least
+        one example): a long setting is generated, and each record written, one example at a time, so an
+        interrupt loses at most the examples in flight."""
+        bs = max(1, int(self.cfg.batch_size))
+        budget = self.cfg.get("batch_tokens")
+        out: list[list[Example]] = []
+        for ex in examples:
+            last = out[-1] if out else None
+            if last is not None and len(last) < bs and (budget is None or sum(
+                    e.actual_tokens for e in last) + ex.actual_tokens <= int(budget)):
+                last.append(ex)
+            else:
+                out.append([ex])
+        return out
+
     def run_cell(self, cell: Cell, chash: str) -> list[dict[str, Any]]:
         start = time.time()
         examples = self.cell_examples(cell.setting)
         tau = self.temperature(cell, examples)
-        done = self.store.load_records(cell.key)
+        done = self.store.load_records(cell.key, repair=True)
         modules = self.loaded.family.temperature_modules(self.loaded.model, self.method.scope) \
             if tau != 1.0 else []
         tau_text = ";".join(f"{t:g}" for t in tau) if isinstance(tau, list) else tau
@@ -349,8 +396,8 @@ class Runner:
         metric0 = self.task.metrics[0]
         likelihood = getattr(self.task, "scoring", "generation") == "likelihood"
         bs = max(1, int(self.cfg.batch_size))
+        bar = tqdm(total=len(examples), desc=cell.key, unit="ex", leave=False)
         try:
-            bar = tqdm(total=len(examples), desc=cell.key, unit="ex", leave=False)
             todo = []
             for ex in examples:
                 rec = done.get(ex.id)
@@ -360,8 +407,7 @@ class Runner:
                     bar.update(1)
                 else:
                     todo.append(ex)
-            for i in range(0, len(todo), bs):
-                chunk = todo[i:i + bs]
+            for chunk in self.batches(todo):
                 if likelihood:  # LM perplexity (paper A Table 3): score the continuation, generate nothing
                     outputs = [""] * len(chunk)
                     chunk_scores = self.task.evaluate(self.loaded, chunk, batch_size=bs)
@@ -378,8 +424,8 @@ class Runner:
                     scores.append(sc)
                 bar.update(len(chunk))
                 bar.set_postfix({metric0: f"{sum(s[metric0] for s in scores) / len(scores):.1f}"})
-            bar.close()
         finally:
+            bar.close()  # also on an interrupt: the bar's line is cleared for the message after it
             clear_temperature(modules)
         req = [e.requested_tokens for e in examples if e.requested_tokens is not None]
         base = self._base_row(cell, chash, start)

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from lengthx.cli import CONF_DIR, UsageError, _register_resolvers, check_overrides, choices
+from lengthx.cli import CONF_DIR, UsageError, _register_resolvers, check_overrides, choices, reported
 from lengthx.models.minis import apply_profile
 
 TRAIN_CONF_DIR = CONF_DIR / "train"
@@ -80,15 +80,12 @@ def compose_train_config(overrides: list[str] | None = None) -> Any:
 
 
 def _train(cfg: Any) -> None:
-    from lengthx.models.loading import ModelNotAvailable
     from lengthx.training import main_summary, train
 
-    try:
+    # configuration mistakes (unknown family, bad α, missing files, a foreign output_dir, a checkpoint that is
+    # not safetensors and JSON): one paragraph, exit 2
+    with reported("lengthx train"):
         result = train(apply_profile(cfg))
-    except (ModelNotAvailable, ValueError, FileNotFoundError, FileExistsError) as err:
-        # configuration mistakes (unknown family, bad α, missing files, a foreign output_dir): one paragraph
-        print(f"lengthx train: {err}", file=sys.stderr)
-        sys.exit(2)
     if result.is_main:
         print(main_summary(result))
 

@@ -37,7 +37,7 @@ from lengthx.results import ResultsStore  # noqa: E402
 from lengthx.runner import Runner  # noqa: E402
 from lengthx.tables.intervals import paired_difference_ci  # noqa: E402
 from lengthx.tables.render import latest_ok  # noqa: E402
-from lengthx.tasks.base import label_for  # noqa: E402
+from lengthx.tasks.base import explicit_label  # noqa: E402
 
 METHODS = ("none", "log", "pmax")
 
@@ -68,7 +68,7 @@ def measure(name: str, directory: str, dtype: str, args: argparse.Namespace) -> 
     ok = latest_ok(store.read())
 
     def nll(method: str, setting: int) -> dict[str, float]:
-        row = ok[(ok.method == method) & (ok.setting == label_for(setting)) & (ok.metric == "perplexity")].iloc[0]
+        row = ok[(ok.method == method) & (ok.setting == explicit_label(setting, "tokens")) & (ok.metric == "perplexity")].iloc[0]
         recs = store.load_records(str(row.cell))
         return {i: r["scores"]["nll"] for i, r in recs.items() if r.get("config_hash") == row.config_hash}
 
@@ -81,7 +81,7 @@ def measure(name: str, directory: str, dtype: str, args: argparse.Namespace) -> 
     for r, length in zip(args.ratios, lengths, strict=True):
         at = nll("none", length)
         ids = sorted(at)
-        label = label_for(length)
+        label = explicit_label(length, "tokens")
         row = {"ratio": r, "L_ex": length, "ppl": value("none", label, "perplexity"),
                "pmax_l0": value("stats", label, "l0_pmax")}
         if length != lengths[0]:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import random
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import T5Config, T5ForConditionalGeneration
 
 from lengthx.attention.temperature import ATTN_NAME, register
+from lengthx.data.splits import is_test_document
 
 
 def tiny_t5(attn: str = ATTN_NAME, seed: int = 0, **overrides) -> T5ForConditionalGeneration:
@@ -59,3 +63,99 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# ---- paper B training: tiny causal LMs and a learnable corpus ------------------------------------------
+L_T = 16  # training length of the tiny causal LMs of ``models``
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> list[str]:
+    """Twelve small documents with learnable structure (repeated phrases, counters)."""
+    root = tmp_path_factory.mktemp("corpus")
+    rng = random.Random(0)
+    files = []
+    for d in range(12):
+        lines = []
+        for n in range(60):
+            w = rng.sample(WORDS, 3)
+            lines.append(f"{d}:{n} the {w[0]} sees the {w[1]} and the {w[2]}.")
+        path = root / f"doc{d:02d}.txt"
+        path.write_text("\n".join(lines))
+        files.append(str(path))
+    assert any(is_test_document(str(Path(f).resolve()), 30) for f in files)
+    return files
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, str]:
+    """Tiny GPT-2 / GPT-NeoX / BLOOM checkpoints (L_t = 16) with a byte-level tokenizer, saved to disk."""
+    from transformers import (
+        BloomConfig,
+        BloomForCausalLM,
+        ByT5Tokenizer,
+        GPT2Config,
+        GPT2LMHeadModel,
+        GPTNeoXConfig,
+        GPTNeoXForCausalLM,
+    )
+
+    root = tmp_path_factory.mktemp("models")
+    common = {"vocab_size": 384, "bos_token_id": 1, "eos_token_id": 1, "pad_token_id": 0}
+    made = {
+        "gpt2": GPT2LMHeadModel(
+            GPT2Config(
+                n_embd=32,
+                n_layer=2,
+                n_head=4,
+                n_positions=L_T,
+                resid_pdrop=0.0,
+                embd_pdrop=0.0,
+                attn_pdrop=0.0,
+                **common,
+            )
+        ),
+        "pythia-160m": GPTNeoXForCausalLM(
+            GPTNeoXConfig(
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                intermediate_size=64,
+                max_position_embeddings=L_T,
+                **common,
+            )
+        ),
+        "bloom-1b1": BloomForCausalLM(BloomConfig(hidden_size=32, n_layer=2, n_head=4, **common)),
+    }
+    out = {}
+    for name, model in made.items():
+        torch.manual_seed(0)
+        path = root / name
+        model.save_pretrained(path)
+        ByT5Tokenizer().save_pretrained(path)
+        out[name] = str(path)
+    return out
+
+
+def train_overrides(models, corpus, tmp_path, model="gpt2", method="chunk-0.25", out="run", **extra) -> list[str]:
+    """``lengthx train`` overrides for a tiny model of ``models`` on ``corpus`` (output under ``tmp_path/out``)."""
+    files = ",".join(f"'{f}'" for f in corpus)
+    ov = [
+        f"model={model}",
+        f"model.path={models[model]}",
+        f"model.l_tr={L_T}",
+        f"method={method}",
+        "l_e_factor=4",
+        "data.source=files",
+        f"data.files=[{files}]",
+        "data.test_percent=30",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        f"train.output_dir={tmp_path / out}",
+        "train.progress=false",
+        "train.batch_size=2",
+        "train.save_every=0",
+        "train.budget_fraction=1.0",  # the whole (tiny) corpus; profile=mini trains on a tenth of its own
+        "train.lr=3e-4",
+    ]
+    return ov + [f"{k}={v}" for k, v in extra.items()]

@@ -141,5 +141,5 @@ def test_failing_cell_becomes_status_row_and_sweep_continues(tiny_model_dir, tmp
     p = _run(args)
     assert p.returncode == 0, p.stderr[-2000:]
     df = ResultsStore(tmp_path).read()
-    assert dict(zip(df["setting"], df["status"], strict=True)) == {"40": "error", "320": "ok"}
-    assert "requested 40" in df.loc[df["setting"] == "40", "message"].item()
+    assert dict(zip(df["setting"], df["status"], strict=True)) == {"40tokens": "error", "320tokens": "ok"}
+    assert "requested 40" in df.loc[df["setting"] == "40tokens", "message"].item()

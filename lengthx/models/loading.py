@@ -2,12 +2,14 @@
 
 Weights come from ``model.path`` when given, else the local Hugging Face cache, else the hub when it is
 reachable. When none has them, :class:`ModelNotAvailable` names the model, its hub id and ``model.path=``,
-instead of a stack trace of connection errors.
+instead of a stack trace of connection errors. A ``model.path`` directory is checked before anything loads
+(:func:`check_checkpoint_dir`): config, tokenizer and every weight shard present, no shard truncated.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import socket
 from dataclasses import dataclass
@@ -20,11 +22,15 @@ from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokeni
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from lengthx.attention.temperature import register as register_attention
+from lengthx.errors import UserError
 from lengthx.models.families import Family, get_family
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")  # either one makes a loadable tokenizer directory
 
-class ModelNotAvailable(RuntimeError):
-    """The weights are neither at ``model.path``, nor in the local cache, nor reachable on the hub."""
+
+class ModelNotAvailable(UserError, RuntimeError):
+    """The weights are neither at ``model.path``, nor in the local cache, nor reachable on the hub (or the
+    directory at ``model.path`` is incomplete)."""
 
 
 @dataclass
@@ -75,14 +81,72 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
+def _safetensors_problem(path: Path) -> str | None:
+    """Why a ``.safetensors`` file cannot be whole (cut short, or a header that does not parse), or None.
+
+    The format is an 8-byte header length, a JSON header giving each tensor's byte range, then the data: the
+    file must be as long as its header says."""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            return f"is truncated ({size} bytes, shorter than a safetensors header)"
+        n = int.from_bytes(head, "little")
+        if n > size - 8:
+            return f"is truncated ({size:,} bytes; its header alone needs {n + 8:,})"
+        try:
+            header = json.loads(fh.read(n))
+            end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
+        except (ValueError, KeyError, TypeError, IndexError):
+            return "has a damaged header (not a safetensors file)"
+    if size < 8 + n + end:
+        return f"is truncated ({size:,} bytes; its header says {8 + n + end:,})"
+    return None
+
+
+def check_checkpoint_dir(path: str | Path, name: str) -> None:
+    """Raise :class:`ModelNotAvailable` naming the first missing or damaged file of a checkpoint directory.
+
+    A directory written by ``save_pretrained`` holds ``config.json``, a tokenizer (``tokenizer.json`` or
+    ``tokenizer_config.json``) and its weights: ``model.safetensors``, or every shard listed by
+    ``model.safetensors.index.json`` (``pytorch_model.bin`` files are only checked to exist)."""
+    root = Path(path)
+    fix = ("point model.path= at a complete checkpoint directory (written by save_pretrained), or copy or "
+           "download it again")
+    if not root.is_dir():
+        raise ModelNotAvailable(f"model '{name}': model.path={path} is not a directory; {fix}")
+    if not (root / "config.json").is_file():
+        raise ModelNotAvailable(f"model '{name}': {root / 'config.json'} is missing (model.path={path} is empty or "
+                                f"incomplete); {fix}")
+    if not any((root / f).is_file() for f in TOKENIZER_FILES):
+        raise ModelNotAvailable(f"model '{name}': model.path={path} has no tokenizer ({' or '.join(TOKENIZER_FILES)}"
+                                f"); {fix}")
+    shards: list[str] = []
+    for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if (root / index).is_file():
+            try:
+                shards = sorted(set(json.loads((root / index).read_text())["weight_map"].values()))
+            except (ValueError, KeyError, AttributeError):
+                raise ModelNotAvailable(f"model '{name}': {root / index} is damaged (no weight_map); {fix}") from None
+            break
+    else:
+        shards = [f for f in ("model.safetensors", "pytorch_model.bin") if (root / f).is_file()][:1]
+    if not shards:
+        raise ModelNotAvailable(f"model '{name}': model.path={path} has no weights (model.safetensors or "
+                                f"model.safetensors.index.json); {fix}")
+    for shard in shards:
+        file = root / shard
+        if not file.is_file():
+            raise ModelNotAvailable(f"model '{name}': weight shard {file} is missing; {fix}")
+        problem = _safetensors_problem(file) if file.suffix == ".safetensors" else None
+        if problem:
+            raise ModelNotAvailable(f"model '{name}': weight shard {file} {problem}; {fix}")
+
+
 def _from_source(name: str, hub_id: str | None, path: str | None, loader: Any, **kwargs: Any) -> Any:
     """Load with ``loader.from_pretrained`` from ``path``, the local cache, then the hub, in that order."""
     if path:
-        if not Path(path).is_dir():
-            raise ModelNotAvailable(
-                f"model '{name}': model.path={path} is not a directory. Point model.path= at a directory "
-                "holding config.json and the weights (e.g. one written by save_pretrained)."
-            )
+        check_checkpoint_dir(path, name)
         return loader.from_pretrained(path, **kwargs)
     if not hub_id:
         raise ModelNotAvailable(f"model '{name}' has no hub id and no model.path; set model.path=/local/dir")

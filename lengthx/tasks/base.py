@@ -4,7 +4,9 @@ Settings (DESIGN §3): each task has the paper's settings (``paper_settings`` in
 column labels) and the approximate token lengths ``paper_l_ex`` they correspond to at the paper's L_tr.
 The ``paper`` profile runs the paper's settings as they are; the ``mini`` profile scales ``paper_l_ex`` by
 L_tr(model) / L_tr(paper), so "15k tokens at L_tr 512" keeps its ratio on a small model. An explicit
-``task.settings=[…]`` runs those values in ``task.unit``.
+``task.settings=[…]`` runs those values in ``task.unit``, labelled with value and unit (``20000chars``): a
+paper column label such as ``20k`` stands for different lengths in different profiles and units, and a cell
+key (model|method|task|label, DESIGN §7) must name one length.
 """
 
 from __future__ import annotations
@@ -39,9 +41,12 @@ class Example:
         return hashlib.sha256(self.prompt.encode()).hexdigest()[:16]
 
 
-def label_for(value: int) -> str:
-    """Column label of an explicit setting: 20000 → "20k", 15000 → "15k", 680 → "680"."""
-    return f"{value // 1000}k" if value >= 1000 and value % 1000 == 0 else str(value)
+def explicit_label(value: int, unit: str) -> str:
+    """Column label of an explicit setting, its value and unit: (20000, "chars") → "20000chars".
+
+    Never one of a task's own labels ("20k", "200", "10docs@0"), so an explicit length cannot share a cell key
+    with a paper column, nor with the same number in another unit."""
+    return f"{value}{unit}"
 
 
 def resolve_settings(task_cfg: Any, profile: str, l_tr: int) -> list[Setting]:
@@ -65,7 +70,7 @@ def all_settings(task_cfg: Any, profile: str, l_tr: int) -> list[Setting]:
     explicit = task_cfg.get("settings")
     if explicit:
         unit = task_cfg.get("unit") or "tokens"
-        return [Setting(label_for(int(v)), int(v), unit) for v in explicit]
+        return [Setting(explicit_label(int(v), unit), int(v), unit) for v in explicit]
     labels = list(task_cfg.labels)
     if profile == "paper":
         return [Setting(lb, int(v), task_cfg.paper_unit) for lb, v in zip(labels, task_cfg.paper_settings, strict=True)]
