@@ -136,7 +136,7 @@ def train(args: argparse.Namespace) -> tuple[object, dict]:
     state = {"step": 0, "seconds": 0.0, "curve": [], "args": {k: str(v) for k, v in vars(args).items()}}
     ckpt = args.out / "state.pt"
     if ckpt.is_file():
-        saved = torch.load(ckpt, map_location="cpu", weights_only=False)
+        saved = torch.load(ckpt, map_location="cpu", weights_only=True)  # tensors, numbers, strings: nothing to execute
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["opt"])
         state = saved["state"]
