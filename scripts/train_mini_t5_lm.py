@@ -255,7 +255,8 @@ not a code model of any quality.
 - **Held-out at L_tr** (exported weights loaded in fp32, the harness's tasks, {n_eval} examples each):
   `lm` perplexity **{ppl:.3f}** (mean of per-example perplexities of {continuation}-token continuations;
   token-weighted {ppl_tokens:.3f}); `code_completion` next-line exact match **{em:.1f}%**, edit similarity
-  **{es:.1f}**.
+  **{es:.1f}** (greedy decoding whose first token is not whitespace, as the mini profile decodes code: with
+  one token per space, plain greedy decoding loops on indentation and scores 0).
 
 Reproduce: `{command}`
 """
