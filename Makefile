@@ -52,7 +52,7 @@ AA_MINI_ARGS  ?= calibration.num_examples=1
 AA_MINI_SLICE ?= 1
 AA_LM_ARGS    ?= calibration.num_examples=4
 AA_LM_EXAMPLES   ?= 100
-AA_CODE_EXAMPLES ?= 100
+AA_CODE_EXAMPLES ?= 60
 aa_only = $(if $(AA_MINI_SLICE),'task.only=[$(1)]')
 define AA_MINI_RECIPE
 $(LX) stats -m experiment=aa_table1 task=topics $(call aa_only,5$(,)25) $(AA_DRY_RUN)
