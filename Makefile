@@ -102,6 +102,7 @@ reproduce-mini: reproduce-mini-a reproduce-mini-b
 	$(LX) tables --compare-paper
 	$(LX) figures
 	$(BIN)/python -m lengthx.tables.readme README.md
+	$(BIN)/python -m lengthx.tables.readme docs/mini-t5-lm.md
 
 # The paper profile: needs hub access (or a local cache) and a GPU. Resumable: rerun to continue.
 # Paper A: one experiment per table (conf/experiment/aa_*.yaml), the paper's models × methods × settings;
@@ -119,19 +120,22 @@ reproduce-all: install
 	$(if $(AA_DRY_RUN),,$(call SB_RECIPE,paper,))
 	$(if $(AA_DRY_RUN),$(LX) plan profile=paper,$(LX) tables --results-dir results/paper)
 
-# mini-t5-lm and the regime study (docs/mini-t5-lm.md). The first line trains the shipped stand-in (resumable;
-# fp16 snapshots at steps 500/1000/2000 stay in runs/mini-t5-lm), the second a variant with 8 heads of 16 dims,
-# the last measures every variant on the same text at 1-29x L_tr (results/mini-t5-lm-study, study.md).
+# mini-t5-lm and the regime study (docs/mini-t5-lm.md). `mini-t5-lm` trains the shipped stand-in (resumable;
+# fp16 snapshots at steps 500/1000/2000 stay in runs/mini-t5-lm); the study trains two variants (8 heads of 16
+# dims; 2 encoder layers) and measures every variant on the same text at 1-29x L_tr with the harness
+# (results/mini-t5-lm-study/<variant>/, summary in study.md). It needs `make mini-t5-lm` first (the snapshots).
 STUDY_EXAMPLES ?= 60
 mini-t5-lm: install
 	$(BIN)/python scripts/train_mini_t5_lm.py --out runs/mini-t5-lm --steps 3000 --export lengthx/checkpoints/mini-t5-lm
 
 mini-t5-lm-study: install
 	$(BIN)/python scripts/train_mini_t5_lm.py --out runs/mini-t5-lm-h8 --heads 8 --steps 2000 --snapshots 1000 --export runs/mini-t5-lm-h8/export
+	$(BIN)/python scripts/train_mini_t5_lm.py --out runs/mini-t5-lm-enc2 --enc-layers 2 --steps 1500 --snapshots "" --export runs/mini-t5-lm-enc2/export
 	$(BIN)/python scripts/study_mini_t5_lm.py --examples $(STUDY_EXAMPLES) --ratios 1 2 8 29.296875 \
 		--variant final=lengthx/checkpoints/mini-t5-lm --variant final-bf16=lengthx/checkpoints/mini-t5-lm:bfloat16 \
 		--variant step-500=runs/mini-t5-lm/step-500 --variant step-1000=runs/mini-t5-lm/step-1000 \
-		--variant step-2000=runs/mini-t5-lm/step-2000 --variant heads-8=runs/mini-t5-lm-h8/export
+		--variant step-2000=runs/mini-t5-lm/step-2000 --variant heads-8=runs/mini-t5-lm-h8/export \
+		--variant enc-2=runs/mini-t5-lm-enc2/export
 
 lint: install
 	$(BIN)/ruff check lengthx tests scripts
