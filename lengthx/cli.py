@@ -99,7 +99,6 @@ def check_overrides(overrides: list[str], groups: dict[str, Path] | None = None,
                                  f"{', '.join(valid)}. See 'lengthx ls' for one line on each.")
 
 
-_register_resolvers = register_resolvers  # the name the tests and train_cli import
 
 
 # Hydra flags after which the command line is not a run to validate (Hydra prints or inspects something)
@@ -138,7 +137,7 @@ def _hydra_entry(task_fn, argv: list[str], prog: str, environment: bool = True) 
     from lengthx.models.minis import apply_profile
 
     check_overrides(argv)
-    _register_resolvers()
+    register_resolvers()
     validate_jobs(argv, environment)
     sys.argv = [prog, *argv]
     if debug_enabled():
@@ -221,7 +220,7 @@ def sweep_jobs(overrides: list[str]) -> tuple[Any, list[list[str]]]:
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    _register_resolvers()
+    register_resolvers()
     parser = OverridesParser.create()
     fixed = [o.input_line for o in parser.parse_overrides(overrides) if not o.is_sweep_override()]
     GlobalHydra.instance().clear()
@@ -330,7 +329,7 @@ def _stats(cfg) -> None:
 def _ls() -> None:
     from omegaconf import OmegaConf
 
-    _register_resolvers()
+    register_resolvers()
     for group in GROUPS:
         print(f"{group}s:" if group != "profile" else "profiles:")
         for name in choices(group):

@@ -21,7 +21,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from lengthx.cli import CONF_DIR, UsageError, _register_resolvers, check_overrides, choices, reported
+from lengthx.cli import UsageError, check_overrides, choices
+from lengthx.config import CONF_DIR, register_resolvers, reported
 from lengthx.models.minis import apply_profile
 
 TRAIN_CONF_DIR = CONF_DIR / "train"
@@ -73,7 +74,7 @@ def compose_train_config(overrides: list[str] | None = None) -> Any:
 
     overrides = list(overrides or [])
     check_train_overrides(overrides)
-    _register_resolvers()
+    register_resolvers()
     GlobalHydra.instance().clear()
     with model_configs(), initialize_config_dir(config_dir=str(TRAIN_CONF_DIR), version_base=None):
         return apply_profile(compose(config_name="config", overrides=overrides))
@@ -105,7 +106,7 @@ def train_main(argv: list[str]) -> None:
     except TrainUsageError as err:
         print(f"lengthx: {err}", file=sys.stderr)
         sys.exit(2)
-    _register_resolvers()
+    register_resolvers()
     sys.argv = ["lengthx train", *argv]
     with model_configs():
         hydra.main(version_base=None, config_path=str(TRAIN_CONF_DIR), config_name="config")(_train)()

@@ -70,10 +70,10 @@ def test_per_layer_alignment_returns_one_tau_per_layer():
 def test_calibrate_second_call_is_served_from_cache(tiny_model_dir, tmp_path):
     from hydra import compose, initialize_config_dir
 
-    from lengthx.cli import CONF_DIR, _register_resolvers
+    from lengthx.config import CONF_DIR, register_resolvers
     from lengthx.runner import Cell, Runner, method_id
 
-    _register_resolvers()
+    register_resolvers()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = compose("config", overrides=[
             "method=pmax", f"model.path={tiny_model_dir}", "model.l_tr=300", "task.settings=[400]",

@@ -18,7 +18,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from lengthx.cli import CONF_DIR, _register_resolvers
+from lengthx.config import CONF_DIR, register_resolvers
 from lengthx.data.tokenizers import train_bpe_tokenizer
 from lengthx.results import ResultsStore
 from lengthx.runner import Runner, chat_prompt
@@ -137,7 +137,7 @@ def tiny_llama_dir(tmp_path_factory) -> str:
 
 
 def test_longchat_prompts_are_wrapped_in_its_chat_template(tiny_llama_dir, tmp_path):
-    _register_resolvers()
+    register_resolvers()
     overrides = ["model=longchat-13b-16k", f"model.path={tiny_llama_dir}", "model.l_tr=64", "task=passkey",
                  "method=none", "task.num_examples=2", "task.settings=[150]", f"results_dir={tmp_path}",
                  "batch_size=2", "device=cpu"]

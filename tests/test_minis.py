@@ -22,9 +22,9 @@ def compose_run(*overrides: str):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from lengthx.cli import CONF_DIR, _register_resolvers
+    from lengthx.config import CONF_DIR, register_resolvers
 
-    _register_resolvers()
+    register_resolvers()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return compose(config_name="config", overrides=list(overrides))

@@ -159,7 +159,7 @@ def test_other_families_train_and_evaluate(models, corpus, tmp_path, monkeypatch
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from lengthx.cli import CONF_DIR, _register_resolvers
+    from lengthx.config import CONF_DIR, register_resolvers
     from lengthx.tasks.segmented_ppl import run_task
 
     bloom = train(
@@ -191,7 +191,7 @@ def test_other_families_train_and_evaluate(models, corpus, tmp_path, monkeypatch
     assert bloom.final_dir and neox.final_dir
     assert json.loads((neox.final_dir / "config.json").read_text())["max_position_embeddings"] == 4 * L_T
 
-    _register_resolvers()
+    register_resolvers()
     results = tmp_path / "results"
 
     monkeypatch.setattr("lengthx.training.RUNS_DIR", tmp_path / "runs")
