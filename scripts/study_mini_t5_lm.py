@@ -35,7 +35,7 @@ from lengthx.analysis import run_statistics  # noqa: E402
 from lengthx.models.minis import compose_run  # noqa: E402
 from lengthx.results import ResultsStore  # noqa: E402
 from lengthx.runner import Runner  # noqa: E402
-from lengthx.tables.intervals import paired_difference_ci  # noqa: E402
+from lengthx.tables.intervals import cell_scores, paired_difference_ci  # noqa: E402
 from lengthx.tables.render import latest_ok  # noqa: E402
 from lengthx.tasks.base import explicit_label  # noqa: E402
 
@@ -68,9 +68,9 @@ def measure(name: str, directory: str, dtype: str, args: argparse.Namespace) -> 
     ok = latest_ok(store.read())
 
     def nll(method: str, setting: int) -> dict[str, float]:
-        row = ok[(ok.method == method) & (ok.setting == explicit_label(setting, "tokens")) & (ok.metric == "perplexity")].iloc[0]
-        recs = store.load_records(str(row.cell))
-        return {i: r["scores"]["nll"] for i, r in recs.items() if r.get("config_hash") == row.config_hash}
+        label = explicit_label(setting, "tokens")
+        return cell_scores(store, ok[(ok.method == method) & (ok.setting == label) & (ok.metric == "perplexity")].iloc[0],
+                           "nll")
 
     def value(method: str, setting: str, metric: str) -> float:
         hit = ok[(ok.method == method) & (ok.setting == setting) & (ok.metric == metric)]
