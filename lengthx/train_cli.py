@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from lengthx.cli import UsageError, check_overrides, choices
-from lengthx.config import CONF_DIR, register_resolvers, reported
+from lengthx.cli import UsageError, check_overrides, choices, reported
+from lengthx.config import CONF_DIR, register_resolvers
 from lengthx.models.minis import apply_profile
 
 TRAIN_CONF_DIR = CONF_DIR / "train"
