@@ -1,4 +1,4 @@
-"""The ``lengthx`` command: run | calibrate | train | stats | tables | figures | ls (DESIGN §1, §11).
+"""The ``lengthx`` command: run | calibrate | train | stats | tables | figures | ls (docs/design.md §1, §11).
 
 ``run`` and ``calibrate`` take Hydra overrides (``lengthx run task=passkey method=pmax``, ``-m`` sweeps,
 launchers); unknown config names fail before anything is loaded, with the valid names listed, and every job's
@@ -158,7 +158,7 @@ def _hydra_command(task_fn, argv: list[str], prog: str, dry_run_fn=None) -> None
     """``_hydra_entry``, or with ``--dry-run`` in ``argv``: ``dry_run_fn`` in every job of the (multi)run.
 
     A dry run lists cells and loads no model; Hydra's output goes to a temporary directory that is removed
-    afterwards, and the cells per paper table are printed at the end (issue 4, acceptance 6)."""
+    afterwards, and the cells per paper table are printed at the end."""
     import shutil
     import tempfile
 

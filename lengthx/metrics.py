@@ -1,4 +1,4 @@
-"""Scoring rules of the reference benchmarks (DESIGN §6): each function scores one prediction."""
+"""Scoring rules of the reference benchmarks (docs/design.md §6): each function scores one prediction."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def normalize_answer(text: str) -> str:
 
 
 def best_subspan_em(prediction: str, answers: Sequence[str]) -> float:
-    """Lost in the Middle's best-subspan exact match (DESIGN §6): 1.0 when a normalised gold answer is a
+    """Lost in the Middle's best-subspan exact match (docs/design.md §6): 1.0 when a normalised gold answer is a
     substring of the normalised prediction, else 0.0.
 
     As upstream, the prediction is first cut at its first newline (the model's answer is its first line);

@@ -1,4 +1,4 @@
-"""Position encodings: T5 relative buckets (paper A §3.2), APE interpolation and ALiBi (paper B, DESIGN §5)."""
+"""Position encodings: T5 relative buckets (paper A §3.2), APE interpolation and ALiBi (paper B, docs/design.md §5)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def t5_relative_bucket(
     return offset + torch.where(distance < max_exact, distance, large)
 
 
-# ---- paper B: APE interpolation (§3.2) and ALiBi from explicit positions (§3.1, DESIGN §5) -------------
+# ---- paper B: APE interpolation (§3.2) and ALiBi from explicit positions (§3.1, docs/design.md §5) -------------
 
 
 def interpolate_ape(weight: torch.Tensor, new_length: int) -> torch.Tensor:
@@ -97,7 +97,7 @@ def alibi_key_bias(slopes: torch.Tensor, positions: torch.Tensor) -> torch.Tenso
     constant along a query row, so −slope_h · p_i can be dropped, leaving slope_h · p_j: the form BLOOM adds
     to its attention scores. ``positions`` are the tokens' original positions, (keys,) or (batch, keys) —
     with segmented sequences they have gaps, which is exactly what the cumulative-sum positions of stock
-    BLOOM lose (paper B §3.1, DESIGN §5).
+    BLOOM lose (paper B §3.1, docs/design.md §5).
     """
     pos = positions if positions.dim() == 2 else positions[None]
     return slopes.float()[None, :, None, None] * pos.float()[:, None, None, :]

@@ -1,4 +1,4 @@
-"""Results store (DESIGN §7, docs/results.md): tidy CSV rows with provenance, per-example JSONL records,
+"""Results store (docs/design.md §7, docs/results.md): tidy CSV rows with provenance, per-example JSONL records,
 resume, locking.
 
 - ``results.csv``: one row per (cell, metric); a cell is (model, method, task, setting) under one config.

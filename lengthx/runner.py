@@ -1,4 +1,4 @@
-"""Run cells: (model, method, task, setting) → per-example records → tidy CSV rows (DESIGN §1, §7).
+"""Run cells: (model, method, task, setting) → per-example records → tidy CSV rows (docs/design.md §1, §7).
 
 A finished cell is skipped; an interrupted one continues from its records; an OOM or exception in one cell
 becomes a ``status`` row and the sweep goes on with the next setting. A store that cannot be written (a full
@@ -109,7 +109,7 @@ def experiment_skip_reason(cfg: DictConfig) -> str | None:
 def planned_cells(cfg: DictConfig, stats: bool = False) -> list[Cell]:
     """The cells ``lengthx run`` (``lengthx stats`` when ``stats``) would compute, without loading a model.
 
-    Settings come from the task config, the profile and ``model.l_tr`` (DESIGN §3); statistics add the
+    Settings come from the task config, the profile and ``model.l_tr`` (docs/design.md §3); statistics add the
     length-L_tr reference setting (paper A Tables 1, 7)."""
     if experiment_skip_reason(cfg) is not None:
         return []

@@ -2,7 +2,7 @@
 
 From a length-L_e sequence x a length-L_t training sequence is built whose tokens keep their *original*
 position ids, so a model trained only on L_t tokens at a time sees the positions (APE) or pairwise distances
-(RoPE, ALiBi) of L_e (paper B §3.1, Figure 1; DESIGN §5):
+(RoPE, ALiBi) of L_e (paper B §3.1, Figure 1; docs/design.md §5):
 
 - **chunk-α**: 1/α non-overlapping contiguous segments of length αL_t, placed uniformly at random in
   [0, L_e) and kept in position order; the loss is on every token (:func:`chunk_sample`).

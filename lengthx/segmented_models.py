@@ -1,4 +1,4 @@
-"""Original positions per model family for segmented training (paper B §3, DESIGN §5).
+"""Original positions per model family for segmented training (paper B §3, docs/design.md §5).
 
 One question per function: how does a family take the original position ids of a segmented sequence, and
 how does it grow to L_e?

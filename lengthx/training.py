@@ -1,6 +1,6 @@
 """Continued pre-training of paper B: full, chunk-α, prefix-α and domain adaptation (DA), on Accelerate.
 
-Paper B §4 in code (DESIGN §5):
+Paper B §4 in code (docs/design.md §5):
 
 - **Corpora** (§4.1): one document per sequence, no packing; documents longer than the source length are cut
   into non-overlapping pieces and the remainder is dropped (:func:`piece_dataset`). Sources: arXiv

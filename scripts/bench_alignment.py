@@ -1,4 +1,4 @@
-"""Algorithm 1's search: grid (the paper, 11 forward passes) vs bisection, side by side (DESIGN §9).
+"""Algorithm 1's search: grid (the paper, 11 forward passes) vs bisection, side by side (docs/design.md §9).
 
 On a seeded set of small random T5 encoders and extrapolation lengths, both searches calibrate the same
 (model, length) pair against the same length-L_tr reference; the table reports whether they chose the same

@@ -1,4 +1,4 @@
-"""Benchmark of T5 encoder attention: stock eager, stock SDPA, lengthx's offset-table path (DESIGN §9).
+"""Benchmark of T5 encoder attention: stock eager, stock SDPA, lengthx's offset-table path (docs/design.md §9).
 
 A T5 encoder of 8 heads, 6 layers, d_model 512 (d_kv 64, d_ff 2048, random weights built from a config)
 runs one forward pass per variant and length, each variant in its own subprocess so that peak RSS is per
@@ -182,7 +182,7 @@ def _fmt(res: dict, base: dict | None, key: str, unit_fmt: str) -> str:
 
 def render(results: dict, lengths: list[int], roof: float, meta: dict) -> str:
     """The Markdown report: one table per length, ratios against stock SDPA on the same input."""
-    out = ["# T5 encoder attention benchmark (lengthx, issue 3)", "",
+    out = ["# T5 encoder attention benchmark (lengthx)", "",
            f"T5 encoder, 6 layers, 8 heads, d_model 512, d_ff 2048, fp32, random weights; {meta['machine']}; "
            f"{meta['threads']} thread(s); torch {meta['torch']}, transformers {meta['transformers']}. "
            f"One process per cell, run side by side; time = {meta['clock']} of one forward after a warm-up, "

@@ -2,7 +2,7 @@
 
 Paper B extends GPT-2, Pythia and BLOOM; none can be downloaded here, so ``profile=mini`` maps them onto
 small models of the same families trained from scratch on the Python standard library's own source (the
-mini corpus of ``lengthx train``; test files held out by a hash of their path, DESIGN §5). The recipe:
+mini corpus of ``lengthx train``; test files held out by a hash of their path, docs/design.md §5). The recipe:
 
 1. a byte-level BPE tokenizer (GPT-2 style, ``--vocab`` entries) trained on the training files only;
 2. each model built from its family's config at L_t = ``--l-t`` (APE table / RoPE max positions = L_t) and

@@ -1,11 +1,11 @@
 #!/usr/bin/env python
 """Train mini-t5: a small T5 (learned relative position buckets) that retrieves at its training length.
 
-Issue 7 / DESIGN §4: paper A's phenomenon only means something on a T5 that solves passkey and line
+docs/design.md §4: paper A's phenomenon only means something on a T5 that solves passkey and line
 retrieval at L_tr. This script trains one from scratch, offline, on a mixture of
 
 * passkey prompts (``lengthx.tasks.passkey``, Landmark Attention format) of about 55..L_tr tokens,
-* LongEval lines prompts (``lengthx.tasks.lines``, DESIGN §10) with as many lines as fit in L_tr tokens,
+* LongEval lines prompts (``lengthx.tasks.lines``, docs/design.md §10) with as many lines as fit in L_tr tokens,
 * a prefix-LM objective on the Python standard library's own source (encoder: a prefix, decoder: the
   next ``--lm-target`` tokens), so the model is also a small T5-LM,
 
@@ -359,7 +359,7 @@ def model_card(args: argparse.Namespace, model: T5ForConditionalGeneration, tok:
     return f"""# mini-t5
 
 A small T5 (`T5ForConditionalGeneration`, learned relative position buckets) trained from scratch,
-offline, by `scripts/train_mini_t5.py` for lengthx (issue 7): it stands in for Flan-T5 / T5-LM in paper A's
+offline, by `scripts/train_mini_t5.py` for lengthx: it stands in for Flan-T5 / T5-LM in paper A's
 experiments in the `mini` profile. Its training length is **L_tr = {args.l_tr} tokens**; with
 `relative_attention_max_distance = {c.relative_attention_max_distance}` (<= L_tr/2) longer inputs add no
 new position bucket, so beyond L_tr only the attention's dispersal changes.
@@ -378,7 +378,7 @@ new position bucket, so beyond L_tr only the attention's dispersal changes.
 ## Training data (generated on the fly, all inputs <= L_tr tokens)
 - passkey (`lengthx.tasks.passkey` format, keys 1..50000, filler 0..{state['g_max']} characters, key depth
   uniform), weight {args.w_passkey};
-- LongEval lines (`lengthx.tasks.lines`, DESIGN §10; wonderwords adjective-noun indices, values
+- LongEval lines (`lengthx.tasks.lines`, docs/design.md §10; wonderwords adjective-noun indices, values
   1..50000, asked line uniform), 1..{args.lines_max} lines drawn then random non-asked lines dropped until the
   prompt fits L_tr, weight {args.w_lines};
 - prefix-LM on the standard library's source (prefix 16..L_tr-1 tokens, the next {args.lm_target} tokens

@@ -1,4 +1,4 @@
-"""τ in BLOOM's inline-ALiBi attention (DESIGN §5, issue 3) against stock transformers and a hand-written reference.
+"""τ in BLOOM's inline-ALiBi attention (docs/design.md §5) against stock transformers and a hand-written reference.
 
 The reference attention is written from the definition, independently of BLOOM's code paths: relative ALiBi
 −slope_h·(p_i − p_j) with slopes 2^(−8k/H), scores softmax((QKᵀ/sqrt(d) + alibi)/τ + mask) with a causal and

@@ -1,4 +1,4 @@
-"""Memory-efficient T5 encoder attention (DESIGN §9, issue 3 acceptance 3) against stock transformers."""
+"""Memory-efficient T5 encoder attention (docs/design.md §9) against stock transformers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Paper A experiments (issue 4, acceptance 4-6): the dry runs list every cell of every paper-A table and the
+"""Paper A experiments: the dry runs list every cell of every paper-A table and the
 counts equal the published tables'; the LongChat row runs in its chat template; ``--compare-paper`` and the
 list of missing cells."""
 

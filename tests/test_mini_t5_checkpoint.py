@@ -1,9 +1,9 @@
-"""The shipped mini-t5 really retrieves at its training length (issue 7, acceptance 1).
+"""The shipped mini-t5 really retrieves at its training length.
 
 Loads ``lengthx/checkpoints/mini-t5`` as a user would (``from_pretrained``), builds 50 passkey and 50
 LongEval-lines examples fitted to L_tr tokens with the checkpoint's own tokenizer, from seeds that neither
 the training stream nor the training-time evaluation used, decodes greedily and scores them with the
-benchmarks' rules (``lengthx.metrics``): passkey >= 95%; lines is checked against the model card (issue 7's
+benchmarks' rules (``lengthx.metrics``): passkey >= 95%; lines is checked against the model card (the
 >= 70% bar is not met yet, see the card). Skipped while the
 directory holds no weights (``config.json``); ``LENGTHX_MINI_T5=/path`` tests another export.
 """
@@ -76,7 +76,7 @@ def test_passkey_at_l_tr(mini_t5):
 
 
 def test_lines_at_l_tr_matches_the_model_card(mini_t5):
-    """Issue 7's bar for lines is >= 70%. The shipped checkpoint does not meet it, and its card says so:
+    """The bar for lines is >= 70%. The shipped checkpoint does not meet it, and its card says so:
     the measured EM must match the card's ``lines@L_tr`` figure within 12 points, and must meet the bar
     whenever the card claims it."""
     from lengthx.metrics import lines_correct

@@ -1,4 +1,4 @@
-"""The shipped mini checkpoints and profile=mini's mapping of paper models onto them (issue 6)."""
+"""The shipped mini checkpoints and profile=mini's mapping of paper models onto them."""
 
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ def test_shipped_decoder_mini_beats_unigram_on_held_out_files(name):
 
 
 def test_accelerate_launch_cpu_trains_the_shipped_mini(tmp_path):
-    """Issue 5's command, `accelerate launch --cpu --num_processes 2`, on mini-gpt2 (profile=mini's gpt2).
+    """The README's command, `accelerate launch --cpu --num_processes 2`, on mini-gpt2 (profile=mini's gpt2).
 
     accelerate's ``--cpu`` picks its simple launcher, so this is one process whatever ``--num_processes``
     says; CPU data parallelism is ``--multi_gpu`` on a machine without GPUs (gloo), which

@@ -1,4 +1,4 @@
-"""Passkey task: the reference format (DESIGN §6), token-exact fitting, seeding, scoring."""
+"""Passkey task: the reference format (docs/design.md §6), token-exact fitting, seeding, scoring."""
 
 from __future__ import annotations
 

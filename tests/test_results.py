@@ -1,4 +1,4 @@
-"""Results store: schema checks, no duplicate cells, records survive a torn line (DESIGN §7)."""
+"""Results store: schema checks, no duplicate cells, records survive a torn line (docs/design.md §7)."""
 
 import pytest
 

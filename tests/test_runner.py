@@ -1,4 +1,4 @@
-"""The runner end to end through the CLI: rows, resume after kill -9, clear errors (DESIGN §7)."""
+"""The runner end to end through the CLI: rows, resume after kill -9, clear errors (docs/design.md §7)."""
 
 from __future__ import annotations
 

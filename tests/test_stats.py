@@ -1,4 +1,4 @@
-"""Attention statistics (paper A Algorithm 1 and Propositions 1-2, DESIGN §5) against naive computations."""
+"""Attention statistics (paper A Algorithm 1 and Propositions 1-2, docs/design.md §5) against naive computations."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Paper A's tasks beyond passkey (issue 4): reference formats (DESIGN §6, §10), scorers, edit similarity,
+"""Paper A's tasks beyond passkey: reference formats (docs/design.md §6, §10), scorers, edit similarity,
 token-exact lengths in the mini profile, malformed data files, real-data readers, LM likelihood, truncation
 and the table specs."""
 
@@ -58,7 +58,7 @@ def mini_tok(byt5):
     return byt5
 
 
-# ---- reference formats (DESIGN §6, §10) --------------------------------------------------------------
+# ---- reference formats (docs/design.md §6, §10) --------------------------------------------------------------
 
 LINES_HEADER = (
     "Below is a record of lines I want you to remember. Each line begins with 'line <line index>' and contains "

@@ -1,4 +1,4 @@
-"""τ in T5 encoder self-attention (paper A §4, DESIGN §5) against stock transformers and an explicit reference."""
+"""τ in T5 encoder self-attention (paper A §4, docs/design.md §5) against stock transformers and an explicit reference."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""Softmax temperature and attention statistics for BLOOM (paper A §4 extended to ALiBi; DESIGN §5, §9).
+"""Softmax temperature and attention statistics for BLOOM (paper A §4 extended to ALiBi; docs/design.md §5, §9).
 
 BLOOM in transformers 5.x is eager-only and does not dispatch through ``AttentionInterface``: each
 ``BloomAttention`` computes its scores inline as ``alibi.baddbmm(Q, Kᵀ, beta=beta, alpha=inv_norm_factor)``,
 i.e. l = beta·alibi + inv_norm_factor·QKᵀ (beta = 1, inv_norm_factor = 1/sqrt(d_head)), then adds the
-additive causal/padding mask and takes the softmax. The temperature operation of DESIGN §5 is
+additive causal/padding mask and takes the softmax. The temperature operation of docs/design.md §5 is
 
     softmax(l / τ + mask)  =  softmax(baddbmm(alibi, Q, Kᵀ, beta=beta/τ, alpha=inv_norm_factor/τ) + mask),
 
@@ -17,7 +17,7 @@ that operation by swapping the class of every ``BloomAttention`` instance for
 
 * With τ = 1 and no statistics the stock ``BloomAttention.forward`` runs, so logits are bit-identical.
 * Otherwise the scores are built one query block at a time (at most ``QUERY_BLOCK`` rows of scores exist at
-  once, DESIGN §9), and P_max/entropy (and, when requested, the layer's raw logits for the average logit
+  once, docs/design.md §9), and P_max/entropy (and, when requested, the layer's raw logits for the average logit
   vector) are fed to the statistics object from the same block.
 * The ALiBi tensor is consumed as the model built it, so :func:`lengthx.segmented_models.enable_explicit_alibi`
   (which only replaces how BLOOM builds ``alibi`` from explicit ``position_ids``, paper B §3.1) composes with
@@ -111,7 +111,7 @@ class TemperatureBloomAttention(BloomAttention):
             scores = bias.baddbmm(query[:, q0:q1], key_t, beta=beta, alpha=alpha).view(batch, heads, q1 - q0,
                                                                                       k_len)
             block_mask = None if mask is None else (mask if mask.shape[-2] == 1 else mask[..., q0:q1, :])
-            if want_logits:  # raw logits l/τ before the mask (average logit vector, DESIGN §5)
+            if want_logits:  # raw logits l/τ before the mask (average logit vector, docs/design.md §5)
                 from lengthx.attention.stats import validity_from_mask
 
                 row_valid, key_valid = validity_from_mask(block_mask, batch, q1 - q0, k_len,

@@ -1,4 +1,4 @@
-"""Attention statistics for Algorithm 1 and Propositions 1-2 (paper A §4-§5, DESIGN §5, §9).
+"""Attention statistics for Algorithm 1 and Propositions 1-2 (paper A §4-§5, docs/design.md §5, §9).
 
 An :class:`AttentionStats` is attached to the attention modules it watches; the attention paths
 (``lengthx.attention.temperature`` and ``lengthx.attention.t5_efficient``) feed it one query block at a
@@ -39,7 +39,7 @@ import torch
 
 from lengthx.attention.temperature import STATS_ATTR
 
-# the logit-vector capture sorts at most this many logits at once (an 8 MiB fp32 copy, DESIGN §9)
+# the logit-vector capture sorts at most this many logits at once (an 8 MiB fp32 copy, docs/design.md §9)
 SORT_CHUNK_ELEMENTS = 1 << 21
 
 
@@ -53,7 +53,7 @@ EXP_FLOOR = -80.0
 def softmax_stats_(
     scores: torch.Tensor, probs_out: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Unnormalised softmax of a score block plus P_max and entropy per row, mostly in place (DESIGN §9).
+    """Unnormalised softmax of a score block plus P_max and entropy per row, mostly in place (docs/design.md §9).
 
     ``scores`` (…, K) holds s = l/τ + mask (masked keys at a very negative finite value); it is
     overwritten with max(s − m, EXP_FLOOR). Returns ``(e, z, pmax, entropy)`` with

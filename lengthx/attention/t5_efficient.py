@@ -1,4 +1,4 @@
-"""Memory-efficient T5 encoder self-attention from the table of relative offsets (DESIGN §9, issue 3).
+"""Memory-efficient T5 encoder self-attention from the table of relative offsets (docs/design.md §9).
 
 Stock transformers builds T5's relative position bias as a full (1, H, L, L) tensor in encoder block 0 and
 shares it with every layer; its SDPA path then copies it once more (``create_position_bias_mask``) and, with
@@ -12,7 +12,7 @@ cannot take). Softmax ignores the order of keys, so reversing keys and values al
 change attention; with keys reversed, row i of the bias is F[i : i + L_k] of the flipped table F, a
 zero-copy ``as_strided`` view with unit strides that SDPA accepts as ``attn_mask``.
 
-Paths (all compute softmax((QKᵀ·scaling + bias)/τ + mask) with the mask *not* scaled, DESIGN §5):
+Paths (all compute softmax((QKᵀ·scaling + bias)/τ + mask) with the mask *not* scaled, docs/design.md §5):
 
 * ``sdpa`` (CPU default, no statistics): one SDPA call over the view per group of examples that share
   their valid key range. Right- or left-padding makes each example's valid keys one contiguous range, so
@@ -23,7 +23,7 @@ Paths (all compute softmax((QKᵀ·scaling + bias)/τ + mask) with the mask *not
   (Algorithm 1) and the layer-0 logit vector (Propositions 1-2) are read from the same tile
   (``lengthx.attention.stats``).
 * ``flex`` (CUDA default without statistics): FlexAttention with the table indexed in ``score_mod``.
-  FlexAttention runs on CPU only through ``torch.compile`` and is slower there (DESIGN §9), so it is never
+  FlexAttention runs on CPU only through ``torch.compile`` and is slower there (docs/design.md §9), so it is never
   chosen automatically on CPU. Not exercised by the CPU test suite.
 
 Hook (transformers 5.23): :func:`enable_efficient_t5` patches ``compute_bias`` of encoder block 0 only, so
@@ -58,7 +58,7 @@ DEFAULT_MIN_LENGTH = 2048  # mode "auto": inputs longer than this use the effici
 SETTINGS_ATTR = "lengthx_efficient"  # on encoder block 0's attention module: an EfficientT5Settings
 # Explicit path: a tile (one example, one head, a block of query rows) holds about this many scores (4 MiB
 # in fp32), never fewer than MIN_BLOCK_ROWS rows. Tiles near the core's cache make the elementwise passes of
-# softmax and statistics ~1.5-2x cheaper than all-head 1024-row blocks on this CPU (DESIGN §9), while the
+# softmax and statistics ~1.5-2x cheaper than all-head 1024-row blocks on this CPU (docs/design.md §9), while the
 # QKᵀ and PV matmuls stay efficient.
 BLOCK_ELEMENTS = 1 << 20
 MIN_BLOCK_ROWS = 32
@@ -274,7 +274,7 @@ class RelativeBiasTable:
         elementwise passes run chunk by chunk (:data:`CHUNK_ELEMENTS`), so that each chunk stays in the
         core's L2 between passes. With statistics, the softmax is still done in place; the sums behind
         P_max and entropy cost one out-of-place shift and one fused row dot per chunk
-        (``stats.softmax_sums_``), and P_max and entropy are formed once per call (DESIGN §9).
+        (``stats.softmax_sums_``), and P_max and entropy are formed once per call (docs/design.md §9).
         """
         if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key_f, value_f, flipped)):
             self._explicit_autograd(module, query, key_f, value_f, flipped, k0, k1, mask, scale, tau, p_drop,
@@ -501,7 +501,7 @@ def _flex_attend(
 ) -> torch.Tensor:
     """FlexAttention: score_mod adds T[h, j − i + L_q − 1] and divides by τ; padding is a block mask.
 
-    Untested on CPU (FlexAttention needs ``torch.compile`` there, DESIGN §9); only chosen on CUDA.
+    Untested on CPU (FlexAttention needs ``torch.compile`` there, docs/design.md §9); only chosen on CUDA.
     """
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 

@@ -1,4 +1,4 @@
-"""Softmax temperature inside attention (paper A §4, DESIGN §5).
+"""Softmax temperature inside attention (paper A §4, docs/design.md §5).
 
 Scores become softmax(l / τ) with l = QKᵀ·scaling + position bias; the padding (and causal) mask is added
 *after* the division, so it is never scaled. The operation is one attention function, registered with
@@ -8,7 +8,7 @@ through stock SDPA unchanged, so τ = 1 is bit-identical to stock transformers.
 
 Any family whose attention dispatches through ``AttentionInterface`` (T5, GPT-2, GPT-NeoX, LLaMA) is served
 by the same function; which modules receive τ is decided by the family adapter (``lengthx.models.families``).
-When T5's ``position_bias`` is a table of relative offsets (``lengthx.attention.t5_efficient``, DESIGN §9)
+When T5's ``position_bias`` is a table of relative offsets (``lengthx.attention.t5_efficient``, docs/design.md §9)
 rather than a tensor, the call is handed to that object's memory-efficient path, with the same τ and
 statistics semantics.
 """
@@ -123,7 +123,7 @@ def _attend(
         if bias is not None:
             scores = scores + bias
         block_mask = _rows(mask, q0, q1)
-        if want_logits:  # raw logits l, before τ and mask (average logit vector, DESIGN §5)
+        if want_logits:  # raw logits l, before τ and mask (average logit vector, docs/design.md §5)
             from lengthx.attention.stats import validity_from_mask
 
             row_valid, key_valid = validity_from_mask(block_mask, scores.shape[0], q1 - q0, k_len,
@@ -197,7 +197,7 @@ def lengthx_mask(
 ) -> torch.Tensor | None:
     """transformers' ``sdpa_mask``, except that a plain bidirectional (padding-only) mask is returned as a
     (B, 1, L_q, L_k) *view* broadcast over queries instead of a materialised tensor: the same values for
-    every consumer, without L_q·L_k bytes per example at long lengths (DESIGN §9)."""
+    every consumer, without L_q·L_k bytes per example at long lengths (docs/design.md §9)."""
     if mask_function is None:
         return sdpa_mask(batch_size, q_length, kv_length, q_offset, kv_offset,
                          attention_mask=attention_mask, **kwargs)

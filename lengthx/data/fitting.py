@@ -1,4 +1,4 @@
-"""Token-exact length fitting (DESIGN §6): size the filler so the prompt has the requested token count.
+"""Token-exact length fitting (docs/design.md §6): size the filler so the prompt has the requested token count.
 
 As RULER does, the haystack size is found by bisection with the model's own tokenizer, since tokenizers
 collapse whitespace and split text unevenly (never count characters).

@@ -1,6 +1,6 @@
 """One adapter per model family: which attention modules a temperature scope touches, and how to load.
 
-Scopes (DESIGN §5): ``encoder`` = T5 encoder self-attention (paper A's setting); ``all`` also includes
+Scopes (docs/design.md §5): ``encoder`` = T5 encoder self-attention (paper A's setting); ``all`` also includes
 decoder self- and cross-attention. Decoder-only families have self-attention only, so both scopes select it
 (an extension beyond paper A).
 """
@@ -39,7 +39,7 @@ def _bloom_modules(model: torch.nn.Module, scope: str) -> list[torch.nn.Module]:
     """BLOOM self-attention, made temperature-capable on first use (inline ALiBi, ``lengthx.attention.bloom``).
 
     BLOOM is eager-only and does not dispatch through ``AttentionInterface``; its ``BloomAttention``
-    instances are switched to a subclass that divides ALiBi and QKᵀ·inv_norm_factor by τ (DESIGN §5).
+    instances are switched to a subclass that divides ALiBi and QKᵀ·inv_norm_factor by τ (docs/design.md §5).
     """
     from lengthx.attention.bloom import enable_temperature
 

@@ -1,4 +1,4 @@
-"""Model loading (DESIGN §4): a hub id or ``model.path``; dtype and device; always ``.eval()``.
+"""Model loading (docs/design.md §4): a hub id or ``model.path``; dtype and device; always ``.eval()``.
 
 Weights come from ``model.path`` when given, else the local Hugging Face cache, else the hub when it is
 reachable. When none has them, :class:`ModelNotAvailable` names the model, its hub id and ``model.path=``,

@@ -1,7 +1,7 @@
 """Which cells of a table a set of runs fills, and how many numbers the published table holds.
 
 Used by the dry runs (``lengthx run -m experiment=… --dry-run``, ``lengthx plan``) to show that the
-experiments of ``conf/experiment/`` cover every cell of paper A's tables (issue 4, acceptance 6).
+experiments of ``conf/experiment/`` cover every cell of paper A's tables.
 
 A *cell* of a table is one number that a run produces: a (row, column) pair where the row is a
 (model, method) — or an explicit statistics row (Tables 1, 7) — and the column one (task, setting,

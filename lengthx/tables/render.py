@@ -1,4 +1,4 @@
-"""Render table specs from the results CSV to booktabs LaTeX and Markdown (DESIGN §7).
+"""Render table specs from the results CSV to booktabs LaTeX and Markdown (docs/design.md §7).
 
 Models are row groups, methods are rows (the model's own row first), columns are (task, setting, metric);
 missing cells stay empty and are listed. ``--compare-paper`` puts the published number beside ours,

@@ -1,4 +1,4 @@
-"""What a table is: columns, rows and formatting, as data (DESIGN §7). Renderers live in ``render.py``."""
+"""What a table is: columns, rows and formatting, as data (docs/design.md §7). Renderers live in ``render.py``."""
 
 from __future__ import annotations
 

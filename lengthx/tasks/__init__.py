@@ -1,4 +1,4 @@
-"""Task registry: one module per task of the papers (DESIGN §6); each builds examples and scores them."""
+"""Task registry: one module per task of the papers (docs/design.md §6); each builds examples and scores them."""
 
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """What every task provides: examples at a setting, a scoring rule, and per-task generation length.
 
-Settings (DESIGN §3): each task has the paper's settings (``paper_settings`` in ``paper_unit``, with
+Settings (docs/design.md §3): each task has the paper's settings (``paper_settings`` in ``paper_unit``, with
 column labels) and the approximate token lengths ``paper_l_ex`` they correspond to at the paper's L_tr.
 The ``paper`` profile runs the paper's settings as they are; the ``mini`` profile scales ``paper_l_ex`` by
 L_tr(model) / L_tr(paper), so "15k tokens at L_tr 512" keeps its ratio on a small model. An explicit
 ``task.settings=[…]`` runs those values in ``task.unit``, labelled with value and unit (``20000chars``): a
 paper column label such as ``20k`` stands for different lengths in different profiles and units, and a cell
-key (model|method|task|label, DESIGN §7) must name one length.
+key (model|method|task|label, docs/design.md §7) must name one length.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Next-line code completion on LCC (Guo et al. 2023, LongCoder), paper A §5.4 / Tables 6, 12, 13.
 
-Benchmark facts (DESIGN §6): an LCC row is a Python file prefix ``context`` and the next line ``gt``; runs
+Benchmark facts (docs/design.md §6): an LCC row is a Python file prefix ``context`` and the next line ``gt``; runs
 of newlines in the context are collapsed; the model's prediction is the first line of its output; the
 scores are CodeXGLUE's line-level exact match (``pred.split() == gt.split()``) and edit similarity
 (fuzzywuzzy ``fuzz.ratio`` semantics, 0-100, see :mod:`lengthx.metrics`); results are reported per context

@@ -1,6 +1,6 @@
 """Code key retrieval (paper A §5.4, after Code Llama's key retrieval, Rozière et al. 2023).
 
-Benchmark facts (DESIGN §6): several real code files are concatenated, a special function that only
+Benchmark facts (docs/design.md §6): several real code files are concatenated, a special function that only
 returns an integer in 1..100 is placed among them at a random depth, and the prompt ends by asking for that
 integer; the paper reports 100 cases at about 16k CodeT5+ tokens (L_tr = 768). The score is whether the
 integer matches (the first integer of the completion).

@@ -1,10 +1,10 @@
 """Line retrieval (LongEval "lines", Li et al. 2023), as used in paper A §5.2 / Table 4.
 
-Format (DESIGN §10, verbatim benchmark text): a header asking to memorise the ``<REGISTER_CONTENT>`` of every
+Format (docs/design.md §10, verbatim benchmark text): a header asking to memorise the ``<REGISTER_CONTENT>`` of every
 line, then lines ``line {idx}: REGISTER_CONTENT is <{n}>`` (each ending in a newline) where ``idx`` is an
 adjective-noun pair drawn from ``wonderwords`` word lists (e.g. ``"swift-river"``) and ``n`` is uniform in
 1..50000, then the question about one line chosen uniformly. Upstream used 50 cases per setting (number of
-lines: 200, 300, …, 680). The score rule (DESIGN §6) is: the *last* integer of the output equals ``n``.
+lines: 200, 300, …, 680). The score rule (docs/design.md §6) is: the *last* integer of the output equals ``n``.
 
 This module is pure Python: building prompts, seeded cases and the word lists. Token-exact length fitting
 and scoring by a model live elsewhere.
@@ -160,7 +160,7 @@ def line_index_vocabulary() -> tuple[tuple[str, ...], tuple[str, ...]]:
 def lines_prompt(pairs: list[tuple[str, int]], query_idx: str) -> str:
     """The LongEval lines prompt for ``pairs`` of (line index, REGISTER_CONTENT), asking for ``query_idx``.
 
-    DESIGN §10: header, then one ``"line {idx}: REGISTER_CONTENT is <{n}>\\n"`` per pair, then the
+    docs/design.md §10: header, then one ``"line {idx}: REGISTER_CONTENT is <{n}>\\n"`` per pair, then the
     question. ``query_idx`` must be one of the indices.
     """
     if query_idx not in {idx for idx, _ in pairs}:
@@ -233,7 +233,7 @@ def fit_lines_case(
 ) -> LinesCase:
     """The case of ``seed`` with the most lines whose prompt has at most ``max_tokens`` tokens.
 
-    ``count_tokens`` counts a prompt's tokens with the model's own tokenizer (DESIGN §6: lengths are
+    ``count_tokens`` counts a prompt's tokens with the model's own tokenizer (docs/design.md §6: lengths are
     token-exact, never characters). Bisection on the number of lines in ``[1, max_lines]``; the asked line
     stays uniform over the kept lines. Raises ``ValueError`` if even one line does not fit.
     """

@@ -1,10 +1,10 @@
 """Line retrieval (LongEval "lines", Li et al. 2023) as a runnable task; paper A §5.2 / Table 4.
 
 The prompt format, the adjective-noun line indices and the seeded cases are those of
-:mod:`lengthx.tasks.lines` (DESIGN §10, verbatim benchmark text). Settings are either a number of lines
+:mod:`lengthx.tasks.lines` (docs/design.md §10, verbatim benchmark text). Settings are either a number of lines
 (unit ``lines``, the paper's 200…680) or a requested token count (unit ``tokens``): the number of lines is
 then the largest whose prompt fits, found by bisection with the model's own tokenizer
-(:func:`~lengthx.tasks.lines.fit_lines_case`). Score (DESIGN §6): the last integer of the output equals the
+(:func:`~lengthx.tasks.lines.fit_lines_case`). Score (docs/design.md §6): the last integer of the output equals the
 asked line's REGISTER_CONTENT. Upstream used 50 cases per setting, the asked line uniform.
 """
 

@@ -1,6 +1,6 @@
 """Language modelling with T5-LM (paper A §5.1 / Table 3): perplexity of a continuation given a long context.
 
-Benchmark facts (paper A, DESIGN §6): the LM-adapted T5 models (L_tr = 512) read L_ex = 1024, 2048, 4096,
+Benchmark facts (paper A, docs/design.md §6): the LM-adapted T5 models (L_tr = 512) read L_ex = 1024, 2048, 4096,
 8192 or 15000 tokens of a long document with the encoder; Table 3 reports the average perplexity of 500
 sequences ("lower is better", ">1k" above 1000). The paper does not state the corpus or the decoder length;
 DESIGN fixes PG19's test split as the default corpus in the paper profile, and we score a continuation of

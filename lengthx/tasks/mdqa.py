@@ -1,6 +1,6 @@
 """Multi-document question answering (Lost in the Middle, Liu et al. 2023), paper A §5.3 / Tables 5, 14.
 
-Benchmark facts (DESIGN §6, §10): the prompt is
+Benchmark facts (docs/design.md §6, §10): the prompt is
 
     Write a high-quality answer for the given question using only the provided search results (some of
     which might be irrelevant).\\n\\n

@@ -1,6 +1,6 @@
 """Passkey retrieval (Mohtashami & Jaggi, 2023, Landmark Attention), as used in paper A §5.2 / Table 4.
 
-Format (DESIGN §6, a benchmark fact): an intro sentence, a prefix of filler, the pass-key sentence,
+Format (docs/design.md §6, a benchmark fact): an intro sentence, a prefix of filler, the pass-key sentence,
 a suffix of filler and the question, joined by newlines. The filler is the 5-sentence unit repeated and
 sliced by characters from its start. Settings are either ``n_garbage`` characters (the paper's 20k…55k) or
 a requested token count, fitted with the model's own tokenizer by bisection on ``n_garbage``.

@@ -1,6 +1,6 @@
 """Perplexity at L_t, 2L_t, 4L_t (… 5L_t) for paper B's Tables 2-5 and Figure 2 (paper B §4.5, §5.1).
 
-Protocol (paper B §4.1, §4.5; DESIGN §5): held-out documents are cut into non-overlapping sequences of the
+Protocol (paper B §4.1, §4.5; docs/design.md §5): held-out documents are cut into non-overlapping sequences of the
 evaluation length L (remainder dropped, one document per sequence, no packing); every sequence is scored
 whole, with no sliding window: ppl(x) = exp(−(1/n) Σ_i log p(x_i | x_<i)) over its n = L − 1 predicted
 tokens (eq. 3). A cell reports the **mean of the per-sequence perplexities** (``ppl``, the paper's number)

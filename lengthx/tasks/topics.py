@@ -1,6 +1,6 @@
 """Topic retrieval (LongEval "topics", Li et al. 2023), paper A §5.2 / Table 4.
 
-Benchmark facts (DESIGN §10, verbatim): a header saying the record holds a conversation on N topics, each
+Benchmark facts (docs/design.md §10, verbatim): a header saying the record holds a conversation on N topics, each
 opening with "USER: I would like to discuss the topic of <TOPIC>", the conversations one after another (as
 upstream, concatenated), and the question "What is the first topic we discussed? Only give me the topic
 name. Do not summarize yourself." Upstream used 50 cases per setting (5, 10, 15, 20, 25 topics), topics
