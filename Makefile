@@ -6,7 +6,7 @@ LX     := $(BIN)/lengthx
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test demo bench tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5-lm mini-t5-lm-study lint clean
+.PHONY: install test test-fast demo bench tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5-lm mini-t5-lm-study lint clean
 
 install: $(VENV)/.installed
 
@@ -18,8 +18,15 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # pytest exits 5 when it collects no test; that is not a failure of the suite.
+# The architecture contracts first (pyproject [tool.importlinter]: layers, paper A ⟂ paper B, no cycles).
 test: install
+	$(BIN)/lint-imports
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
+
+# The inner loop: the same, without the tests marked slow.
+test-fast: install
+	$(BIN)/lint-imports
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests -m "not slow"; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
 
 # The main job on a demo-sized slice (the 20k and 30k columns, 4 examples each, 1 calibration example);
 # `make demo DEMO_ARGS=` runs the full mini profile. Cells resume, so a later full run reuses these examples.
@@ -101,8 +108,8 @@ reproduce-mini: reproduce-mini-a reproduce-mini-b
 	$(LX) tables
 	$(LX) tables --compare-paper
 	$(LX) figures
-	$(BIN)/python -m lengthx.tables.readme README.md
-	$(BIN)/python -m lengthx.tables.readme docs/mini-t5-lm.md
+	$(BIN)/python -m lengthx.report.tables.readme README.md
+	$(BIN)/python -m lengthx.report.tables.readme docs/mini-t5-lm.md
 
 # The paper profile: needs hub access (or a local cache) and a GPU. Resumable: rerun to continue.
 # Paper A: one experiment per table (conf/experiment/aa_*.yaml), the paper's models × methods × settings;

@@ -23,3 +23,7 @@ def one_line(text: str) -> str:
 def debug_enabled() -> bool:
     """Whether ``--debug`` or ``LENGTHX_DEBUG=1`` asked for tracebacks."""
     return os.environ.get("LENGTHX_DEBUG", "").strip().lower() not in ("", "0", "false", "no")
+
+
+class UsageError(UserError):
+    """A user mistake reported as one paragraph, without a traceback."""

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from transformers import T5Config, T5ForConditionalGeneration
 
-from lengthx.alignment import calibrate
+from lengthx.alignment.algorithm1 import calibrate
 from lengthx.attention.temperature import ATTN_NAME, register
 from lengthx.models import LoadedModel, get_family
 

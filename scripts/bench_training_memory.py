@@ -12,7 +12,7 @@ bench measures the peak memory of a few training steps (forward, backward, AdamW
 for a small GPT-2 (APE, ``wpe`` interpolated to L_e as paper B §3.2 does) and, unless ``--families`` says
 otherwise, a GPT-NeoX (RoPE) of the same size, both built from configs with random weights. Batches come from
 the project's own collator (``lengthx.segmented.collate_segmented``), the forward from
-``lengthx.segmented_models.segmented_forward``, the loss and optimizer from ``lengthx.training``.
+``lengthx.segmented.models.segmented_forward``, the loss and optimizer from ``lengthx.segmented.loop``.
 
 Each variant runs in its own subprocess, one after another in one run, so peaks do not mix. On CPU the peak
 is the resident set: the child resets the kernel's high-water mark (``/proc/self/clear_refs``) after the
@@ -88,9 +88,9 @@ def _build_model(family: str, args: argparse.Namespace):
 def _child(family: str, variant: str, args: argparse.Namespace) -> dict:
     import torch
 
-    from lengthx.segmented import SegmentMethod, collate_segmented, sample_generator
-    from lengthx.segmented_models import prepare_for_length, segmented_forward
-    from lengthx.training import build_optimizer, causal_lm_loss
+    from lengthx.segmented.loop import build_optimizer, causal_lm_loss
+    from lengthx.segmented.models import prepare_for_length, segmented_forward
+    from lengthx.segmented.sampling import SegmentMethod, collate_segmented, sample_generator
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)

@@ -31,12 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from lengthx.analysis import run_statistics  # noqa: E402
+from lengthx.core.runner import Runner  # noqa: E402
+from lengthx.core.statistics import run_statistics  # noqa: E402
+from lengthx.core.store import ResultsStore  # noqa: E402
 from lengthx.models.minis import compose_run  # noqa: E402
-from lengthx.results import ResultsStore  # noqa: E402
-from lengthx.runner import Runner  # noqa: E402
-from lengthx.tables.intervals import cell_scores, paired_difference_ci  # noqa: E402
-from lengthx.tables.render import latest_ok  # noqa: E402
+from lengthx.report.tables.intervals import cell_scores, paired_difference_ci  # noqa: E402
+from lengthx.report.tables.render import latest_ok  # noqa: E402
 from lengthx.tasks.base import explicit_label  # noqa: E402
 
 METHODS = ("none", "log", "pmax")

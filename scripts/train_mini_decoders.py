@@ -36,10 +36,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from lengthx.cli.train import compose_train_config  # noqa: E402
+from lengthx.data.corpora import stdlib_documents  # noqa: E402
 from lengthx.data.tokenizers import train_bpe_tokenizer  # noqa: E402
+from lengthx.segmented.loop import train  # noqa: E402
 from lengthx.tasks.segmented_ppl import SegmentedPPLTask, perplexities, sequence_nll  # noqa: E402
-from lengthx.train_cli import compose_train_config  # noqa: E402
-from lengthx.training import stdlib_documents, train  # noqa: E402
 
 # family -> (mini name, the paper model whose config group trains it, PE, paper-B models it stands for)
 MINIS = {

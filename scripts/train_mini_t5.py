@@ -34,7 +34,6 @@ import platform
 import random
 import re
 import sys
-import sysconfig
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -52,6 +51,8 @@ if str(ROOT) not in sys.path:
 
 from transformers import AutoTokenizer, PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration  # noqa: E402
 
+from lengthx.data.corpora import stdlib_files  # noqa: E402
+from lengthx.data.fitting import bisect_largest  # noqa: E402
 from lengthx.data.tokenizers import digit_pieces, is_single_token, train_tokenizer  # noqa: E402
 from lengthx.tasks.lines import LinesCase, fit_lines_case, line_index_vocabulary, lines_case  # noqa: E402
 from lengthx.tasks.passkey import case_prompt, passkey_cases, passkey_prompt  # noqa: E402
@@ -75,12 +76,6 @@ def last_int(text: str) -> int | None:
     return int(found[-1]) if found else None
 
 
-def stdlib_files() -> list[Path]:
-    """The standard library's own ``.py`` files (tests and site-packages excluded), in sorted order."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    skip = {"site-packages", "dist-packages", "test", "tests", "idlelib", "lib2to3", "__pycache__"}
-    files = [p for p in root.rglob("*.py") if not skip.intersection(p.relative_to(root).parts)]
-    return sorted(files)
 
 
 def read_text(path: Path) -> str:
@@ -97,7 +92,7 @@ def tokenizer_corpus(seed: int, n_passkey: int = 2000, n_lines: int = 4000) -> I
         yield passkey_prompt(rng.randint(1, 50000), g, rng.randint(0, g))
     for _ in range(n_lines):
         yield lines_case(rng.randint(1, 30), rng).prompt
-    for path in stdlib_files():
+    for path in stdlib_files(rule="no-tests"):
         yield read_text(path)
 
 
@@ -118,7 +113,7 @@ def get_tokenizer(path: Path, vocab_size: int, seed: int) -> PreTrainedTokenizer
 # ------------------------------------------------------------------------------------------------ data
 def lm_stream(tok: PreTrainedTokenizerFast, max_tokens: int) -> np.ndarray:
     """The standard library's source as one token stream (files separated by ``</s>``)."""
-    files = stdlib_files()
+    files = stdlib_files(rule="no-tests")
     ids: list[np.ndarray] = []
     total = 0
     for i in range(0, len(files), 64):
@@ -231,27 +226,14 @@ class TrainStream(torch.utils.data.IterableDataset):
 # ------------------------------------------------------------------------------------------- eval sets
 def max_garbage(tok: PreTrainedTokenizerFast, l_tr: int) -> int:
     """Largest filler size whose passkey prompt (5-digit key, key in the middle) fits ``l_tr`` tokens."""
-    lo, hi = 0, 64 * l_tr
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if len(tok(passkey_prompt(50000, mid, mid // 2)).input_ids) <= l_tr:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return bisect_largest(lambda g: len(tok(passkey_prompt(50000, g, g // 2)).input_ids) <= l_tr, 0, 64 * l_tr)
 
 
 def passkey_eval_set(tok: PreTrainedTokenizerFast, n: int, seed: int, length: int) -> list[tuple[str, int]]:
     """``n`` passkey prompts (``passkey_cases(n, seed)``) each fitted to at most ``length`` tokens."""
     out = []
     for case in passkey_cases(n, seed):
-        lo, hi = 0, 64 * length
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if len(tok(case_prompt(case, mid)).input_ids) <= length:
-                lo = mid
-            else:
-                hi = mid
+        lo = bisect_largest(lambda g, c=case: len(tok(case_prompt(c, g)).input_ids) <= length, 0, 64 * length)
         out.append((case_prompt(case, lo), case.key))
     return out
 

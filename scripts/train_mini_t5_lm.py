@@ -60,8 +60,8 @@ def log(msg: str) -> None:
 # ------------------------------------------------------------------------------------------------ data
 def corpus(split: str) -> list[tuple[str, str]]:
     """(path, source) of the standard library files of ``split`` ("train" or "test"), as the tasks read them."""
+    from lengthx.data.corpora import stdlib_sources
     from lengthx.data.splits import is_test_document
-    from lengthx.tasks.code_completion import stdlib_sources
 
     return [(p, t) for p, t in stdlib_sources() if is_test_document(p, TEST_PERCENT) == (split == "test")]
 
@@ -203,9 +203,9 @@ def card_metrics(path: Path | str, l_tr: int, n: int) -> dict:
       token-weighted), the encoder reading the L_tr tokens before it;
     - ``em`` / ``es``: ``code_completion`` next-line exact match (%) and edit similarity at L_tr tokens of code.
     """
+    from lengthx.models.generation import generate
     from lengthx.models.loading import load_model
     from lengthx.models.minis import compose_run
-    from lengthx.runner import generate
     from lengthx.tasks import Setting, build_task
 
     cfg = compose_run(["model=mini-t5-lm", f"model.path={path}", f"model.l_tr={l_tr}", "task=lm"])

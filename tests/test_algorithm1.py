@@ -7,7 +7,7 @@ import torch
 from conftest import tiny_t5
 from omegaconf import OmegaConf
 
-from lengthx.alignment import TEMPERATURE_GRID, calibrate, calibrate_per_layer, find_s
+from lengthx.alignment.algorithm1 import TEMPERATURE_GRID, calibrate, calibrate_per_layer, find_s
 from lengthx.models import LoadedModel, get_family
 
 
@@ -60,7 +60,7 @@ def test_per_layer_alignment_returns_one_tau_per_layer():
     assert len(layers) == len(loaded.model.encoder.block)
     assert all(r.tau in TEMPERATURE_GRID for r in layers)
     # layer 0 sees only its own τ: its per-layer choice is Algorithm 1 restricted to layer 0's statistic
-    from lengthx.alignment import capture_stats
+    from lengthx.alignment.statistics import capture_stats
 
     l0 = {t: float(capture_stats(loaded, ext, [t, 1.0]).pmax()[0].mean()) for t in TEMPERATURE_GRID}
     target0 = float(capture_stats(loaded, ref, 1.0).pmax()[0].mean())
@@ -71,7 +71,8 @@ def test_calibrate_second_call_is_served_from_cache(tiny_model_dir, tmp_path):
     from hydra import compose, initialize_config_dir
 
     from lengthx.config import CONF_DIR, register_resolvers
-    from lengthx.runner import Cell, Runner, method_id
+    from lengthx.core.cells import Cell, method_id
+    from lengthx.core.runner import Runner
 
     register_resolvers()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
@@ -93,7 +94,7 @@ def test_calibrate_second_call_is_served_from_cache(tiny_model_dir, tmp_path):
 @pytest.mark.parametrize("efficient", ["never", "always"])
 def test_row_sampled_statistics_equal_naive_on_those_rows(efficient):
     """``row_stride`` statistics are exactly P_max/H of every n-th valid query row (naive from eager T5)."""
-    from lengthx.alignment import capture_stats
+    from lengthx.alignment.statistics import capture_stats
     from lengthx.attention.t5_efficient import enable_efficient_t5
 
     loaded = _loaded(7)

@@ -11,13 +11,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from lengthx.alignment import (
-    TEMPERATURE_GRID,
-    align_temperature,
-    log_temperature,
-    prop1_temperature,
-    prop2_temperature,
-)
+from lengthx.alignment.algorithm1 import TEMPERATURE_GRID, align_temperature
+from lengthx.alignment.propositions import log_temperature, prop1_temperature, prop2_temperature
 
 PAPER = Path(__file__).resolve().parents[1] / "lengthx" / "published" / "attention-alignment-tables"
 CONF = Path(__file__).resolve().parents[1] / "conf"

@@ -17,13 +17,13 @@ import torch
 from transformers import BloomConfig, BloomForCausalLM
 
 import lengthx.attention.bloom as bloom_attn
-from lengthx.alignment import find_s
+from lengthx.alignment.algorithm1 import find_s
 from lengthx.attention.bloom import TemperatureBloomAttention, disable_temperature, enable_temperature
 from lengthx.attention.stats import AttentionStats
 from lengthx.attention.temperature import TAU_ATTR, set_temperature
 from lengthx.models.families import get_family
 from lengthx.models.loading import LoadedModel
-from lengthx.segmented_models import enable_explicit_alibi
+from lengthx.segmented.models import enable_explicit_alibi
 
 HEADS = 4
 

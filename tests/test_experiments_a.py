@@ -19,10 +19,11 @@ from hydra import compose, initialize_config_dir
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from lengthx.config import CONF_DIR, register_resolvers
+from lengthx.core.runner import Runner
+from lengthx.core.store import ResultsStore
 from lengthx.data.tokenizers import train_bpe_tokenizer
-from lengthx.results import ResultsStore
-from lengthx.runner import Runner, chat_prompt
-from lengthx.tables.paper_a import CODE_KEY, TABLE3, TABLE4
+from lengthx.models.generation import chat_prompt
+from lengthx.report.tables.paper_a import CODE_KEY, TABLE3, TABLE4
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_TABLES = ROOT / "lengthx" / "published" / "attention-alignment-tables"  # package data
@@ -185,7 +186,7 @@ def _rows(model: str, task: str, metric: str, values: dict[str, float], method: 
 
 
 def test_missing_cells_are_listed():
-    from lengthx.tables import render
+    from lengthx.report.tables.render import render
 
     df = pd.DataFrame(_rows("mini-t5", "passkey", "accuracy", {"20k": 100.0, "55k": 90.0}))
     out = render(TABLE4, df)
@@ -197,7 +198,7 @@ def test_missing_cells_are_listed():
 
 
 def test_compare_paper_sets_a_stand_in_beside_its_reference():
-    from lengthx.tables import render
+    from lengthx.report.tables.render import render
 
     df = pd.DataFrame(_rows("mini-t5", "lm", "perplexity", {"1024": 12.34, "2048": 2000.0}))
     out = render(TABLE3, df, compare_paper=True)
@@ -215,9 +216,9 @@ def test_published_tables_ship_inside_the_package(monkeypatch, tmp_path):
     import importlib
 
     import lengthx
-    from lengthx.tables import TABLES
+    from lengthx.report.tables import TABLES
 
-    render_module = importlib.import_module("lengthx.tables.render")
+    render_module = importlib.import_module("lengthx.report.tables.render")
 
     assert render_module.PAPER_DIR.resolve().is_relative_to(Path(lengthx.__file__).resolve().parent)
     for spec in TABLES.values():

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from conftest import train_overrides
 
-from lengthx.results import ResultsStore
+from lengthx.core.store import ResultsStore
 
 LENGTHX = [sys.executable, "-m", "lengthx.cli"]
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,7 +44,7 @@ def _env(**extra: str) -> dict[str, str]:
     return {**env, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", **extra}
 
 
-def _run(args: list[str], timeout: int = 300, **env: str) -> subprocess.CompletedProcess:
+def run_command(args: list[str], timeout: int = 300, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(LENGTHX + args, capture_output=True, text=True, env=_env(**env), timeout=timeout,
                           preexec_fn=_limit_memory)
 
@@ -79,7 +79,7 @@ def _latest(results: Path) -> dict[tuple[str, str], float]:
 def finished(tiny_model_dir, tmp_path_factory) -> Path:
     """Two finished passkey cells (320 and 400 tokens, 2 examples each) in a results directory."""
     res = tmp_path_factory.mktemp("finished") / "res"
-    p = _run(_args(tiny_model_dir, res))
+    p = run_command(_args(tiny_model_dir, res))
     assert p.returncode == 0, p.stderr[-3000:]
     return res
 
@@ -100,7 +100,7 @@ def test_torn_row_is_set_aside_and_its_cell_recomputed(finished, tiny_model_dir,
         fh.truncate(csv.stat().st_size - 150)
     torn_cell = ResultsStore(finished).read()["cell"].iloc[-1]
 
-    p = _run(_args(tiny_model_dir, res))
+    p = run_command(_args(tiny_model_dir, res))
     assert p.returncode == 0, p.stderr[-3000:]
     sides = list(res.glob("results.csv.corrupt-*"))
     assert len(sides) == 1 and sides[0].read_bytes() == lines[-1][:-150]
@@ -111,7 +111,7 @@ def test_torn_row_is_set_aside_and_its_cell_recomputed(finished, tiny_model_dir,
     assert status[torn_cell] == "ok" and set(status.values()) == {"ok", "done"}  # only the torn cell reran
     assert _latest(res) == _latest(finished)  # the torn cell has all its rows again, with the same values
     # the store stays appendable: a third cell lands on its own line
-    assert _run(_args(tiny_model_dir, res, settings="[480]")).returncode == 0
+    assert run_command(_args(tiny_model_dir, res, settings="[480]")).returncode == 0
     assert len(_latest(res)) == len(_latest(finished)) + 2
 
 
@@ -120,10 +120,10 @@ def test_deleted_header_stops_before_any_work(finished, tiny_model_dir, tmp_path
     csv = res / "results.csv"
     csv.write_bytes(b"".join(csv.read_bytes().splitlines(keepends=True)[1:]))
     before = {p: p.read_bytes() for p in res.rglob("*") if p.is_file()}
-    line = _user_error(_run(_args(tiny_model_dir, res)), str(csv), "line 1", "header")
+    line = _user_error(run_command(_args(tiny_model_dir, res)), str(csv), "line 1", "header")
     assert "paper,table,model" in line  # the fix: the header line to put back
     assert {p: p.read_bytes() for p in res.rglob("*") if p.is_file() and p.name != ".results.lock"} == before
-    _user_error(_run(["tables", "--results-dir", str(res), "--out", str(tmp_path / "t")]), str(csv), "line 1")
+    _user_error(run_command(["tables", "--results-dir", str(res), "--out", str(tmp_path / "t")]), str(csv), "line 1")
 
 
 @pytest.mark.parametrize("garbage", [b"\x00\xff\xfe\x01 garbage bytes\n", b"1,2,three\n"], ids=["binary", "fields"])
@@ -133,10 +133,10 @@ def test_garbage_in_the_csv_stops_before_any_work(garbage, finished, tiny_model_
     lines = csv.read_bytes().splitlines(keepends=True)
     csv.write_bytes(b"".join([*lines[:2], garbage, *lines[2:]]))
     records = {p: p.read_bytes() for p in (res / "records").iterdir()}
-    line = _user_error(_run(_args(tiny_model_dir, res)), str(csv), "line 3")
+    line = _user_error(run_command(_args(tiny_model_dir, res)), str(csv), "line 3")
     assert "sed -i '3d'" in line  # the fix
     assert {p: p.read_bytes() for p in (res / "records").iterdir()} == records
-    _user_error(_run(["tables", "--results-dir", str(res), "--out", str(tmp_path / "t")]), str(csv), "line 3")
+    _user_error(run_command(["tables", "--results-dir", str(res), "--out", str(tmp_path / "t")]), str(csv), "line 3")
 
 
 # ---- records and caches ------------------------------------------------------------------------------------
@@ -151,7 +151,7 @@ def test_a_bad_records_line_is_set_aside_and_its_example_recomputed(kind, finish
            "non-utf8": good[0][:40] + "é".encode()[:1] + b"\n"}[kind]  # a record torn inside a character
     path.write_bytes(bad + b"".join(good[1:]))
 
-    p = _run(_args(tiny_model_dir, res))
+    p = run_command(_args(tiny_model_dir, res))
     assert p.returncode == 0, p.stderr[-3000:]
     out = p.stdout + p.stderr  # the warning is logged by the run's job (Hydra's console log)
     assert f"{path}: line 1" in out and "Traceback" not in out
@@ -165,7 +165,8 @@ def test_a_bad_records_line_is_set_aside_and_its_example_recomputed(kind, finish
 
 def test_a_bad_calibration_cache_is_set_aside_and_recomputed(tiny_model_dir, tmp_path, caplog):
     from lengthx.config import compose
-    from lengthx.runner import Cell, Runner, method_id
+    from lengthx.core.cells import Cell, method_id
+    from lengthx.core.runner import Runner
 
     cfg = compose(["method=pmax", f"model.path={tiny_model_dir}", "model.l_tr=300", "task.settings=[400]",
                    f"results_dir={tmp_path}", "calibration.num_examples=1"])
@@ -241,7 +242,7 @@ def test_a_short_write_that_the_disk_then_takes_is_completed(tmp_path, monkeypat
 
 def test_a_run_on_a_full_disk_reports_no_ok_cell(tiny_model_dir, tmp_path, monkeypatch):
     from lengthx.config import compose
-    from lengthx.runner import Runner
+    from lengthx.core.runner import Runner
 
     cfg = compose(_args(tiny_model_dir, tmp_path / "res", settings="[320]")[1:])
     runner = Runner(cfg)
@@ -259,8 +260,8 @@ def test_a_run_on_a_full_disk_reports_no_ok_cell(tiny_model_dir, tmp_path, monke
 
 # ---- one cell key, one length --------------------------------------------------------------------------------
 def test_two_lengths_never_share_a_cell_key():
+    from lengthx.core.cells import planned_cells
     from lengthx.models.minis import compose_run
-    from lengthx.runner import planned_cells
 
     default = planned_cells(compose_run(["task=passkey"]))
     chars = planned_cells(compose_run(["task=passkey", "task.settings=[20000]", "task.unit=chars"]))
@@ -285,7 +286,7 @@ def test_default_settings_keep_their_cell_keys_and_hashes(profile):
     written (a fixed config here, so that neither conf/ nor the checkout's location enters the hash)."""
     from omegaconf import OmegaConf
 
-    from lengthx.runner import cell_hash, planned_cells
+    from lengthx.core.cells import cell_hash, planned_cells
 
     cfg = OmegaConf.create({
         "model": {"name": "mini-t5", "path": "/checkout/lengthx/checkpoints/mini-t5", "family": "t5", "l_tr": 256},
@@ -321,7 +322,7 @@ def test_a_bad_override_stops_before_a_model_loads(case, tiny_model_dir, tmp_pat
     keys = {o.split("=")[0] for o in extra}
     base = [a for a in _args(tiny_model_dir, tmp_path / "res", n=1, settings="[320]")
             if a.split("=")[0] not in keys | {"method"}]
-    p = _run([*base, *extra], timeout=120)
+    p = run_command([*base, *extra], timeout=120)
     _user_error(p, needle)
     assert not (tmp_path / "res").exists()  # nothing was started
 
@@ -329,7 +330,7 @@ def test_a_bad_override_stops_before_a_model_loads(case, tiny_model_dir, tmp_pat
 def test_debug_shows_the_traceback(tiny_model_dir, tmp_path):
     args = [*_args(tiny_model_dir, tmp_path / "res", n=1, settings="[320]"), "task.num_examples=0"]
     args = [a for a in args if a != "task.num_examples=1"]
-    for p in (_run([*args, "--debug"], timeout=120), _run(args, timeout=120, LENGTHX_DEBUG="1")):
+    for p in (run_command([*args, "--debug"], timeout=120), run_command(args, timeout=120, LENGTHX_DEBUG="1")):
         assert p.returncode != 0 and "Traceback" in p.stderr and "task.num_examples" in p.stderr
 
 
@@ -355,7 +356,7 @@ def _read_only(path: Path):
 def test_results_dir_that_is_a_file(tiny_model_dir, tmp_path):
     target = tmp_path / "results.txt"
     target.write_text("not a directory")
-    _user_error(_run(_args(tiny_model_dir, target, n=1, settings="[320]"), timeout=120),
+    _user_error(run_command(_args(tiny_model_dir, target, n=1, settings="[320]"), timeout=120),
                 f"results_dir={target}", "not a directory")
 
 
@@ -366,7 +367,7 @@ def test_read_only_results_dir(hydra_dir, tiny_model_dir, tmp_path):
     extra = [f"hydra.run.dir={tmp_path / 'hydra'}"] if hydra_dir else []
     with _read_only(res):
         start = time.time()
-        p = _run([*_args(tiny_model_dir, res, n=1, settings="[320]"), *extra], timeout=120)
+        p = run_command([*_args(tiny_model_dir, res, n=1, settings="[320]"), *extra], timeout=120)
         _user_error(p, f"results_dir={res}", "not writable")
     assert time.time() - start < 60 and not (tmp_path / "hydra").exists()
 
@@ -374,7 +375,7 @@ def test_read_only_results_dir(hydra_dir, tiny_model_dir, tmp_path):
 def test_empty_model_dir(tmp_path):
     empty = tmp_path / "model"
     empty.mkdir()
-    _user_error(_run(_args(str(empty), tmp_path / "res", n=1, settings="[320]"), timeout=120),
+    _user_error(run_command(_args(str(empty), tmp_path / "res", n=1, settings="[320]"), timeout=120),
                 str(empty), "config.json")
 
 
@@ -388,7 +389,7 @@ def test_a_damaged_shard_is_named(damage, tmp_path):
             fh.truncate(shard.stat().st_size // 2)
     else:
         shard.unlink()
-    p = _run(["run", "model=mini-t5", f"model.path={model}", "task=passkey", "task.settings=[300]",
+    p = run_command(["run", "model=mini-t5", f"model.path={model}", "task=passkey", "task.settings=[300]",
               "task.num_examples=1", f"results_dir={tmp_path / 'res'}"], timeout=120)
     _user_error(p, shard.name, damage)
 
@@ -413,7 +414,7 @@ def test_ctrl_c_keeps_finished_examples_and_says_how_to_resume(tiny_model_dir, t
     last = re.split(r"[\r\n]", err.strip())[-1]  # after the progress bar's carriage returns
     assert last == f"interrupted; rerun the same command to resume: {kept} of 12 examples kept"
     assert 2 <= kept < 12
-    p = _run(args)
+    p = run_command(args)
     assert p.returncode == 0, p.stderr[-3000:]
     for f in (res / "records").glob("*.jsonl"):
         ids = [json.loads(x)["id"] for x in f.read_text().splitlines()]
@@ -423,9 +424,9 @@ def test_ctrl_c_keeps_finished_examples_and_says_how_to_resume(tiny_model_dir, t
 def test_long_examples_are_recorded_one_at_a_time(tiny_model_dir, tmp_path):
     """Each example's record is on disk before the next one is generated once a batch would exceed
     ``batch_tokens`` prompt tokens (an interrupt loses at most the example in flight)."""
-    import lengthx.runner as runner_module
+    import lengthx.core.runner as runner_module
     from lengthx.config import compose
-    from lengthx.runner import Runner
+    from lengthx.core.runner import Runner
 
     cfg = compose(_args(tiny_model_dir, tmp_path, n=3, settings="[320]", batch_size="4", batch_tokens="400")[1:])
     runner = Runner(cfg)
@@ -456,8 +457,8 @@ class _Payload:
 
 
 def test_a_pickle_planted_in_a_training_checkpoint_is_refused(models, corpus, tmp_path):
-    from lengthx.train_cli import compose_train_config
-    from lengthx.training import train
+    from lengthx.cli.train import compose_train_config
+    from lengthx.segmented.loop import train
 
     ov = train_overrides(models, corpus, tmp_path, method="da", out="run",
                          **{"train.max_steps": 4, "train.save_every": 2})
@@ -485,7 +486,8 @@ def test_an_accelerate_checkpoint_resumes_with_weights_only_loads(tmp_path):
     from accelerate import Accelerator
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from lengthx.training import CheckpointParts, TrainerState, WarmupCosine, build_optimizer, load_checkpoint
+    from lengthx.segmented.checkpoints import CheckpointParts, load_checkpoint
+    from lengthx.segmented.loop import TrainerState, WarmupCosine, build_optimizer
 
     def parts(seed: int) -> CheckpointParts:
         torch.manual_seed(seed)

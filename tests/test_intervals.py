@@ -8,10 +8,10 @@ import random
 import numpy as np
 import pytest
 
-from lengthx.results import ResultsStore
-from lengthx.tables.intervals import bootstrap_mean_ci, paired_difference_ci, table_intervals
-from lengthx.tables.paper_a import TABLE3
-from lengthx.tables.render import latest_ok, render
+from lengthx.core.store import ResultsStore
+from lengthx.report.tables.intervals import bootstrap_mean_ci, paired_difference_ci, table_intervals
+from lengthx.report.tables.paper_a import TABLE3
+from lengthx.report.tables.render import latest_ok, render
 
 
 def test_bootstrap_interval_matches_the_normal_approximation_for_many_examples():

@@ -3,7 +3,7 @@
 Loads ``lengthx/checkpoints/mini-t5`` as a user would (``from_pretrained``), builds 50 passkey and 50
 LongEval-lines examples fitted to L_tr tokens with the checkpoint's own tokenizer, from seeds that neither
 the training stream nor the training-time evaluation used, decodes greedily and scores them with the
-benchmarks' rules (``lengthx.metrics``): passkey >= 95%; lines is checked against the model card (the
+benchmarks' rules (``lengthx.tasks.metrics``): passkey >= 95%; lines is checked against the model card (the
 >= 70% bar is not met yet, see the card). Skipped while the
 directory holds no weights (``config.json``); ``LENGTHX_MINI_T5=/path`` tests another export.
 """
@@ -63,7 +63,7 @@ def test_checkpoint_is_small_t5_with_bounded_buckets(mini_t5):
 
 def test_passkey_at_l_tr(mini_t5):
     from lengthx.data.fitting import fit_to_tokens
-    from lengthx.metrics import passkey_correct
+    from lengthx.tasks.metrics import passkey_correct
     from lengthx.tasks.passkey import case_prompt, passkey_cases
 
     model, tok = mini_t5
@@ -79,8 +79,8 @@ def test_lines_at_l_tr_matches_the_model_card(mini_t5):
     """The bar for lines is >= 70%. The shipped checkpoint does not meet it, and its card says so:
     the measured EM must match the card's ``lines@L_tr`` figure within 12 points, and must meet the bar
     whenever the card claims it."""
-    from lengthx.metrics import lines_correct
     from lengthx.tasks.lines import fit_lines_case
+    from lengthx.tasks.metrics import lines_correct
 
     model, tok = mini_t5
     l_tr = _l_tr()

@@ -50,7 +50,7 @@ def test_paper_profile_keeps_the_hub_model():
 
 
 def test_train_config_maps_too():
-    from lengthx.train_cli import compose_train_config
+    from lengthx.cli.train import compose_train_config
 
     cfg = compose_train_config(["model=pythia-160m"])
     assert Path(cfg.model.path) == CHECKPOINTS / "mini-pythia" and cfg.model.l_tr == 128
@@ -133,7 +133,7 @@ def test_accelerate_launch_cpu_trains_the_shipped_mini(tmp_path):
     accelerate = Path(sys.executable).with_name("accelerate")
     out = tmp_path / "run"
     cmd = [str(accelerate), "launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "lengthx.train_cli",
+           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "lengthx.cli.train",
            "model=gpt2", "method=chunk-0.25", "l_e_factor=2", "data.max_docs=6", f"data.cache_dir={tmp_path / 'c'}",
            "train.max_steps=3", "train.batch_size=2", "train.save_every=0", "train.progress=false",
            f"train.output_dir={out}", f"hydra.run.dir={tmp_path / 'hydra'}"]
@@ -148,7 +148,8 @@ def test_accelerate_launch_cpu_trains_the_shipped_mini(tmp_path):
 def test_out_of_the_box_rope_breaks_past_l_t_but_interpolated_ape_and_alibi_do_not():
     """Paper B Figure 2's shape on the shipped minis: perplexity at 5L_t over that at L_t, on the same text."""
     from lengthx.models.loading import load_model
-    from lengthx.tasks.segmented_ppl import LengthState, SegmentedPPLTask, sequence_nll
+    from lengthx.segmented.lengths import LengthState
+    from lengthx.tasks.segmented_ppl import SegmentedPPLTask, sequence_nll
 
     def ppl(loaded, lengths, task, length: int) -> float:
         lengths.set_length(loaded.model, length)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from transformers import ByT5Tokenizer
 
-from lengthx.metrics import passkey_correct
 from lengthx.tasks.base import Setting
+from lengthx.tasks.metrics import passkey_correct
 from lengthx.tasks.passkey import FILLER_UNIT, PasskeyTask, filler, passkey_prompt
 
 

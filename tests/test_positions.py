@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers.models.t5.modeling_t5 import T5Attention
 
-from lengthx.positions import t5_relative_bucket
+from lengthx.alignment.statistics import t5_relative_bucket
 
 
 @pytest.mark.parametrize("bidirectional", [True, False])

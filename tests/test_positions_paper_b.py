@@ -15,15 +15,15 @@ from transformers import (
     GPTNeoXForCausalLM,
 )
 
-from lengthx.positions import alibi_bias, alibi_key_bias, alibi_slopes, interpolate_ape
-from lengthx.segmented import chunk_sample, prefix_sample
-from lengthx.segmented_models import (
+from lengthx.segmented.models import (
     enable_explicit_alibi,
     extend_ape,
     extend_rope,
     prepare_for_length,
     segmented_forward,
 )
+from lengthx.segmented.positions import alibi_bias, alibi_key_bias, alibi_slopes, interpolate_ape
+from lengthx.segmented.sampling import chunk_sample, prefix_sample
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,10 +1,10 @@
-"""README result blocks are regenerated from files, never typed (lengthx.tables.readme)."""
+"""README result blocks are regenerated from files, never typed (lengthx.report.tables.readme)."""
 
 from __future__ import annotations
 
 import pytest
 
-from lengthx.tables.readme import update_blocks
+from lengthx.report.tables.readme import update_blocks
 
 
 def test_blocks_take_their_files_content_and_the_rest_is_kept(tmp_path):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from lengthx.results import ResultsStore
+from lengthx.core.store import ResultsStore
 
 
 def _row(**kw):

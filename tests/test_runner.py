@@ -14,12 +14,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lengthx.results import ResultsStore
+from lengthx.core.store import ResultsStore
 
 LENGTHX = [sys.executable, "-m", "lengthx.cli"]
 
 
-def _run(args: list[str], **kw) -> subprocess.CompletedProcess:
+def run_command(args: list[str], **kw) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     return subprocess.run(LENGTHX + args, capture_output=True, text=True, env=env, timeout=300, **kw)
 
@@ -39,7 +39,7 @@ def test_run_writes_rows_and_tables(tiny_model_dir, tmp_path):
     res = tmp_path / "res"
     common = [f"model.path={tiny_model_dir}", "model.l_tr=30", "task.num_examples=2", f"results_dir={res}"]
     for method in ("log", "none"):
-        p = _run(["run", "task=passkey", f"method={method}", *common])
+        p = run_command(["run", "task=passkey", f"method={method}", *common])
         assert p.returncode == 0, p.stderr[-2000:]
     df = ResultsStore(res).read()
     assert set(df["method"]) == {"log", "none"} and (df["status"] == "ok").all()
@@ -51,9 +51,9 @@ def test_run_writes_rows_and_tables(tiny_model_dir, tmp_path):
     taus = df[df["metric"] == "tau"]
     assert list(taus["value"]) == pytest.approx(list(taus["tau"]), abs=1e-4)
     # rerun is a no-op: no duplicate rows
-    p = _run(["run", "task=passkey", "method=none", *common])
+    p = run_command(["run", "task=passkey", "method=none", *common])
     assert p.returncode == 0 and len(ResultsStore(res).read()) == len(df)
-    p = _run(["tables", "--results-dir", str(res)])
+    p = run_command(["tables", "--results-dir", str(res)])
     assert p.returncode == 0, p.stderr
     md = (res / "tables" / "aa_table4.md").read_text().splitlines()
     tex = (res / "tables" / "aa_table4.tex").read_text()
@@ -68,7 +68,7 @@ def test_run_writes_rows_and_tables(tiny_model_dir, tmp_path):
 def test_resume_after_kill_matches_uninterrupted(tiny_model_dir, tmp_path):
     args = ["run", "task=passkey", "method=none"]
     clean = tmp_path / "clean"
-    assert _run(args + _common(tiny_model_dir, clean, n=6)).returncode == 0
+    assert run_command(args + _common(tiny_model_dir, clean, n=6)).returncode == 0
 
     killed = tmp_path / "killed"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -86,7 +86,7 @@ def test_resume_after_kill_matches_uninterrupted(tiny_model_dir, tmp_path):
     before = {f.name: f.read_text().splitlines() for f in records.glob("*.jsonl")}
     assert before and not (killed / "results.csv").exists()
 
-    assert _run(args + _common(tiny_model_dir, killed, n=6)).returncode == 0
+    assert run_command(args + _common(tiny_model_dir, killed, n=6)).returncode == 0
     pd.testing.assert_frame_equal(_rows(clean).drop(columns=["L_tr"]), _rows(killed).drop(columns=["L_tr"]))
     for name, lines in before.items():
         after = (records / name).read_text().splitlines()
@@ -104,14 +104,14 @@ def test_retrained_weights_at_the_same_path_are_not_counted_as_done(tiny_model_d
     model_dir, res = tmp_path / "model", tmp_path / "res"
     shutil.copytree(tiny_model_dir, model_dir)
     args = ["run", "task=passkey", "method=none", *_common(str(model_dir), res, n=2)]
-    assert _run(args).returncode == 0
+    assert run_command(args).returncode == 0
     first = ResultsStore(res).read()
-    assert _run(args).returncode == 0 and len(ResultsStore(res).read()) == len(first)  # done: skipped
+    assert run_command(args).returncode == 0 and len(ResultsStore(res).read()) == len(first)  # done: skipped
 
     model = T5ForConditionalGeneration.from_pretrained(model_dir)
     model.lm_head.weight.data.mul_(-1.0)
     model.save_pretrained(model_dir)  # "retrained" in place
-    p = _run(args)
+    p = run_command(args)
     assert p.returncode == 0, p.stderr[-2000:]
     both = ResultsStore(res).read()
     assert len(both) == 2 * len(first) and both["config_hash"].nunique() == 2 * first["config_hash"].nunique()
@@ -119,7 +119,7 @@ def test_retrained_weights_at_the_same_path_are_not_counted_as_done(tiny_model_d
 
 def test_unknown_names_fail_with_the_valid_list():
     for arg, group in (("task=pasky", "task"), ("model=nope", "model")):
-        p = _run(["run", arg])
+        p = run_command(["run", arg])
         assert p.returncode != 0
         assert f"unknown {group} '{arg.split('=')[1]}'" in p.stderr
         assert ("passkey" if group == "task" else "flan-t5-xl, flan-t5-xxl") in p.stderr
@@ -128,7 +128,7 @@ def test_unknown_names_fail_with_the_valid_list():
 
 def test_absent_model_names_hub_id_and_path(tmp_path):
     # the paper profile (the mini profile runs flan-t5-large as its shipped stand-in, mini-t5)
-    p = _run(["run", "model=flan-t5-large", "profile=paper", f"results_dir={tmp_path}"])
+    p = run_command(["run", "model=flan-t5-large", "profile=paper", f"results_dir={tmp_path}"])
     assert p.returncode == 2
     assert "flan-t5-large" in p.stderr and "google/flan-t5-large" in p.stderr and "model.path=" in p.stderr
     assert "Traceback" not in p.stderr
@@ -138,7 +138,7 @@ def test_failing_cell_becomes_status_row_and_sweep_continues(tiny_model_dir, tmp
     # 40 tokens cannot hold the passkey prompt: that cell errors, the 320-token cell still runs
     args = ["run", "task=passkey", "method=none", f"model.path={tiny_model_dir}", "model.l_tr=300",
             "task.num_examples=2", "task.settings=[40,320]", f"results_dir={tmp_path}"]
-    p = _run(args)
+    p = run_command(args)
     assert p.returncode == 0, p.stderr[-2000:]
     df = ResultsStore(tmp_path).read()
     assert dict(zip(df["setting"], df["status"], strict=True)) == {"40tokens": "error", "320tokens": "ok"}

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 import torch
 
-from lengthx.segmented import (
+from lengthx.segmented.sampling import (
     IGNORE_INDEX,
     SegmentedCollator,
     SegmentMethod,

@@ -18,8 +18,17 @@ import torch
 from omegaconf import OmegaConf
 from transformers import AutoTokenizer, ByT5Tokenizer
 
-from lengthx.data.fitting import count_tokens
-from lengthx.metrics import (
+from lengthx.data.corpora import stdlib_sources
+from lengthx.data.fitting import count_tokens, truncate_prompt
+from lengthx.data.jsonl import DataFormatError
+from lengthx.tasks import TASKS, build_task, resolve_settings
+from lengthx.tasks.base import Setting, truncated_example
+from lengthx.tasks.code_completion import CodeCompletionTask
+from lengthx.tasks.code_key import CodeKeyTask, code_points
+from lengthx.tasks.lines import LinesTask
+from lengthx.tasks.lm import LMTask
+from lengthx.tasks.mdqa import MDQATask, generate_records, mdqa_prompt, read_records
+from lengthx.tasks.metrics import (
     best_subspan_em,
     code_exact_match,
     code_key_correct,
@@ -29,13 +38,6 @@ from lengthx.metrics import (
     lines_correct,
     topic_correct,
 )
-from lengthx.tasks import TASKS, build_task, resolve_settings
-from lengthx.tasks.base import Setting
-from lengthx.tasks.code_completion import CodeCompletionTask, DataFormatError, stdlib_sources, truncate_prompt
-from lengthx.tasks.code_key import CodeKeyTask, code_points
-from lengthx.tasks.lines_task import LinesTask
-from lengthx.tasks.lm import LMTask
-from lengthx.tasks.mdqa import MDQATask, generate_records, mdqa_prompt, read_records
 from lengthx.tasks.topics import TopicsTask, read_conversations
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -273,9 +275,10 @@ def test_code_lines_are_compared_as_tree_sitter_tokens_as_lcc_is_evaluated():
 
 def test_code_completion_log_tau_uses_the_bucket_lower_bound_as_table_11():
     """Paper A Table 11's log row is log 768 / log(n·1000), the bucket's lower bound, in every column."""
-    from lengthx.alignment import log_temperature
+    from lengthx.alignment.propositions import log_temperature
+    from lengthx.core.cells import Cell
+    from lengthx.core.runner import Runner
     from lengthx.models.minis import compose
-    from lengthx.runner import Cell, Runner
 
     cfg = compose(["profile=paper", "model=codet5p-770m-py", "task=code_completion", "method=log"])
     assert cfg.task.log_l_ex == "setting"
@@ -409,7 +412,7 @@ def test_truncate_prompt_keeps_the_last_l_tr_tokens(byt5):
     short = truncate_prompt(byt5, ex.prompt, 200)
     assert ex.prompt.endswith(short) and count_tokens(byt5, short) == 200
     assert truncate_prompt(byt5, short, 300) == short
-    t = CodeCompletionTask.truncated(ex, byt5, 200)
+    t = truncated_example(ex, byt5, 200)
     assert t.prompt == short and t.actual_tokens == 200 and t.meta["untruncated_tokens"] == 600
     assert t.target == ex.target and t.id == ex.id
 
@@ -454,8 +457,8 @@ def test_registry_and_configs():
 
 
 def test_table_specs_match_the_published_layouts():
-    from lengthx.tables import render
-    from lengthx.tables.paper_a import PAPER_A_SPECS
+    from lengthx.report.tables.paper_a import PAPER_A_SPECS
+    from lengthx.report.tables.render import render
 
     by_id = {s.id: s for s in PAPER_A_SPECS}
     assert {"aa_table3", "aa_table4", "aa_table5", "aa_table6_em", "aa_table6_es", "aa_table12", "aa_table13",

@@ -15,20 +15,14 @@ from conftest import L_T
 from conftest import train_overrides as overrides
 from safetensors.torch import load_file
 
-from lengthx.results import ResultsStore
-from lengthx.segmented import SegmentMethod
-from lengthx.train_cli import compose_train_config, train_main
-from lengthx.training import (
-    WarmupCosine,
-    is_test_document,
-    make_plan,
-    micro_batch_indices,
-    piece_dataset,
-    read_curve,
-    split_pieces,
-    stdlib_documents,
-    train,
-)
+from lengthx.cli.train import compose_train_config, train_main
+from lengthx.core.store import ResultsStore
+from lengthx.data.corpora import stdlib_documents
+from lengthx.data.pieces import piece_dataset, split_pieces
+from lengthx.data.splits import is_test_document
+from lengthx.segmented.loop import WarmupCosine, read_curve, train
+from lengthx.segmented.plan import make_plan, micro_batch_indices
+from lengthx.segmented.sampling import SegmentMethod
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -160,7 +154,7 @@ def test_other_families_train_and_evaluate(models, corpus, tmp_path, monkeypatch
     from hydra.core.global_hydra import GlobalHydra
 
     from lengthx.config import CONF_DIR, register_resolvers
-    from lengthx.tasks.segmented_ppl import run_task
+    from lengthx.core.perplexity import run_task
 
     bloom = train(
         compose_train_config(
@@ -194,7 +188,7 @@ def test_other_families_train_and_evaluate(models, corpus, tmp_path, monkeypatch
     register_resolvers()
     results = tmp_path / "results"
 
-    monkeypatch.setattr("lengthx.training.RUNS_DIR", tmp_path / "runs")
+    monkeypatch.setattr("lengthx.segmented.loop.RUNS_DIR", tmp_path / "runs")
 
     def evaluate(model: str, path: str | None, *extra: str) -> list[dict]:
         files = ",".join(f"'{f}'" for f in corpus)
@@ -258,7 +252,7 @@ def test_other_families_train_and_evaluate(models, corpus, tmp_path, monkeypatch
     for h in hists.values():  # 2 layers x 4 heads x L_T queries past L_t (of 2 L_T) x 2 sequences
         assert sum(h["counts"]) == 2 * 4 * L_T * 2 and h["setting"] == "2L_t"
         assert 0 < h["median"] < 1 and h["uniform_median"] == pytest.approx(1 / (L_T + 1 + L_T / 2), rel=0.1)
-    from lengthx.figures import figures_main
+    from lengthx.cli.figures import figures_main
 
     figures_main(["--results-dir", str(results), "--out", str(tmp_path / "figs")])
     assert (tmp_path / "figs" / "sb_fig3_attention_medians.png").stat().st_size > 10_000
@@ -306,7 +300,7 @@ def test_accelerate_launch_two_processes_matches_one(models, corpus, tmp_path):
         "--dynamo_backend",
         "no",
         "-m",
-        "lengthx.train_cli",
+        "lengthx.cli.train",
         *overrides(models, corpus, tmp_path, out="ddp", **common, **{"train.batch_size": 1}),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
@@ -322,7 +316,7 @@ def test_accelerate_launch_two_processes_matches_one(models, corpus, tmp_path):
 def test_median_attention_past_l_t():
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from lengthx.tasks.segmented_ppl import median_attention_past
+    from lengthx.segmented.lengths import median_attention_past
 
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=64)).eval()

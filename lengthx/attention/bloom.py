@@ -19,7 +19,7 @@ that operation by swapping the class of every ``BloomAttention`` instance for
 * Otherwise the scores are built one query block at a time (at most ``QUERY_BLOCK`` rows of scores exist at
   once, docs/design.md §9), and P_max/entropy (and, when requested, the layer's raw logits for the average logit
   vector) are fed to the statistics object from the same block.
-* The ALiBi tensor is consumed as the model built it, so :func:`lengthx.segmented_models.enable_explicit_alibi`
+* The ALiBi tensor is consumed as the model built it, so :func:`lengthx.segmented.models.enable_explicit_alibi`
   (which only replaces how BLOOM builds ``alibi`` from explicit ``position_ids``, paper B §3.1) composes with
   this: temperature then scales the explicit-position ALiBi.
 
@@ -36,7 +36,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.models.bloom.modeling_bloom import BloomAttention, dropout_add
 
-from lengthx.attention.temperature import QUERY_BLOCK, STATS_ATTR, TAU_ATTR
+from lengthx.attention.stats import STATS_ATTR
+from lengthx.attention.temperature import QUERY_BLOCK, TAU_ATTR
 
 if TYPE_CHECKING:
     from transformers.cache_utils import Cache

@@ -37,9 +37,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from lengthx.attention.temperature import STATS_ATTR
-
 # the logit-vector capture sorts at most this many logits at once (an 8 MiB fp32 copy, docs/design.md §9)
+STATS_ATTR = "lengthx_stats"  # the attribute an AttentionStats attaches itself under, on each module it watches
 SORT_CHUNK_ELEMENTS = 1 << 21
 
 

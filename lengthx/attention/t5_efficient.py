@@ -36,6 +36,7 @@ path.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import types
 from dataclasses import dataclass
@@ -219,8 +220,8 @@ class RelativeBiasTable:
         if ranges is None:  # a mask that is not one contiguous key range per example: explicit, masked
             keep = _key_keep(attention_mask, b, k_len)
             longest = int(keep.sum(-1).max()) if keep is not None else k_len  # logit-vector grid
-            self._explicit(module, query, key_f, value_f, flipped, 0, k_len, attention_mask, scale, tau,
-                           p_drop, stats, out, grid_hint=longest)
+            self._explicit(_Explicit(module, query, key_f, value_f, flipped, 0, k_len, attention_mask, scale, tau,
+                                     p_drop, stats, out, grid_hint=longest))
             return out.transpose(1, 2).contiguous()
 
         groups: dict[tuple[int, int], list[int]] = {}
@@ -238,32 +239,15 @@ class RelativeBiasTable:
                                                      scale=scale)
             else:
                 o_g = query.new_empty(q_g.shape[0], h, q_len, v_g.shape[-1])
-                self._explicit(module, q_g, k_g, v_g, flipped, k0, k1, None, scale, tau, p_drop, stats, o_g,
-                               row_range=(k0, k1), grid_hint=max(e - s for s, e in ranges))
+                self._explicit(_Explicit(module, q_g, k_g, v_g, flipped, k0, k1, None, scale, tau, p_drop, stats,
+                                         o_g, row_range=(k0, k1), grid_hint=max(e - s for s, e in ranges)))
             if isinstance(sel, slice):
                 out[sel] = o_g
             else:
                 out.index_copy_(0, sel, o_g)
         return out.transpose(1, 2).contiguous()
 
-    def _explicit(
-        self,
-        module: torch.nn.Module,
-        query: torch.Tensor,
-        key_f: torch.Tensor,
-        value_f: torch.Tensor,
-        flipped: torch.Tensor,
-        k0: int,
-        k1: int,
-        mask: torch.Tensor | None,
-        scale: float,
-        tau: float,
-        p_drop: float,
-        stats: AttentionStats | None,
-        out: torch.Tensor,
-        row_range: tuple[int, int] | None = None,
-        grid_hint: int | None = None,
-    ) -> None:
+    def _explicit(self, call: _Explicit) -> None:
         """Explicit softmax over tiles of (example, head, query block), keys reversed and restricted to
         [k0, k1), written into ``out`` (B, H, L_q, D).
 
@@ -276,10 +260,12 @@ class RelativeBiasTable:
         P_max and entropy cost one out-of-place shift and one fused row dot per chunk
         (``stats.softmax_sums_``), and P_max and entropy are formed once per call (docs/design.md §9).
         """
-        if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key_f, value_f, flipped)):
-            self._explicit_autograd(module, query, key_f, value_f, flipped, k0, k1, mask, scale, tau, p_drop,
-                                    stats, out, row_range)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (call.query, call.key_f, call.value_f,
+                                                                      call.flipped)):
+            self._explicit_autograd(call)
             return
+        module, query, key_f, value_f, flipped, k0, k1, mask, scale, tau, p_drop, stats, out, row_range, \
+            grid_hint = call.fields()
         b, h, q_len, d = query.shape
         n = k1 - k0
         rows = min(q_len, max(MIN_BLOCK_ROWS, BLOCK_ELEMENTS // max(1, n)))
@@ -308,10 +294,8 @@ class RelativeBiasTable:
                     mblk = (mask_once[bi] if mask_once is not None else
                             _to_additive(mask[bi, :, q0:q1], query.dtype).flip(-1))[0]  # (r|1, n)
                 if stats is not None:
-                    if row_range is not None:
-                        rv, kv = _rows_in(row_range, q0, q1, 1, query.device), None
-                    else:
-                        rv, kv = _validity_flipped(None if mblk is None else mblk[None, None], 1, r, n, q0)
+                    rv, kv = _row_validity(row_range, None if mblk is None else mblk[None, None], q0, q1, 1, n,
+                                           query.device)
                     row_ok[bi, q0:q1] = rv[0]
                 qs = query[bi, :, q0:q1] * scale  # (H, r, D)
                 for hi in range(h):
@@ -323,24 +307,8 @@ class RelativeBiasTable:
                         stats.add_logits(module, x[None, None], rv, kv, tau=tau, grid_hint=grid_hint)
                         bias_h = None
                     e = x if xbuf is None else xbuf[: r * n].view(r, n)  # fp32, becomes exp(s − m)
-                    # The elementwise passes (bias, mask, softmax, statistics) run over chunks of rows
-                    # small enough that a chunk and its shifted scores stay in the core's L2 between
-                    # passes (CHUNK_ELEMENTS); the matmuls keep the whole tile.
-                    for c0 in range(0, r, chunk):
-                        c1 = min(c0 + chunk, r)
-                        xc = x[c0:c1]
-                        if bias_h is not None:
-                            xc.add_(bias_h[c0:c1])
-                        if mblk is not None:
-                            xc.add_(mblk if mblk.shape[0] == 1 else mblk[c0:c1])
-                        if xbuf is not None:  # softmax and statistics in fp32
-                            xc = e[c0:c1].copy_(xc)
-                        if stats is None:
-                            xc.sub_(xc.amax(-1, keepdim=True)).clamp_(min=EXP_FLOOR).exp_()  # no denormals
-                            torch.sum(xc, -1, out=z[c0:c1])
-                        else:
-                            softmax_sums_(xc, tbuf[: (c1 - c0) * n].view(c1 - c0, n), z[c0:c1],
-                                          row_w[bi, hi, q0 + c0:q0 + c1])
+                    _tile_exp_(x, e, bias_h, mblk, chunk, z, None if stats is None else tbuf,
+                               None if stats is None else row_w[bi, hi, q0:q1])
                     o = out[bi, hi, q0:q1]
                     if p_drop:
                         p = F.dropout(e / z[:, None], p_drop, training=True)
@@ -351,28 +319,14 @@ class RelativeBiasTable:
         if stats is not None:
             stats.add_rows(module, *stats_from_sums(row_z, row_w), row_ok)
 
-    def _explicit_autograd(
-        self,
-        module: torch.nn.Module,
-        query: torch.Tensor,
-        key_f: torch.Tensor,
-        value_f: torch.Tensor,
-        flipped: torch.Tensor,
-        k0: int,
-        k1: int,
-        mask: torch.Tensor | None,
-        scale: float,
-        tau: float,
-        p_drop: float,
-        stats: AttentionStats | None,
-        out: torch.Tensor,
-        row_range: tuple[int, int] | None,
-    ) -> None:
+    def _explicit_autograd(self, call: _Explicit) -> None:
         """The explicit path out of place, for training (gradients flow to Q, K, V and the bias table).
 
         Query blocks over all heads; statistics (if any) from a detached copy of the scores. Writes the
         block outputs into ``out`` with autograd-tracked copies.
         """
+        module, query, key_f, value_f, flipped, k0, k1, mask, scale, tau, p_drop, stats, out, row_range, _ = \
+            call.fields()
         b, h, q_len, _ = query.shape
         n = k1 - k0
         rows = min(q_len, max(MIN_BLOCK_ROWS, BLOCK_ELEMENTS // max(1, b * h * n)))
@@ -388,10 +342,7 @@ class RelativeBiasTable:
                 mblk = _to_additive(mrows, logits.dtype).flip(-1)
             x = logits if mblk is None else logits + mblk
             if stats is not None:
-                if row_range is not None:
-                    rv, kv = _rows_in(row_range, q0, q1, b, x.device), None
-                else:
-                    rv, kv = _validity_flipped(mblk, b, q1 - q0, n, q0)
+                rv, kv = _row_validity(row_range, mblk, q0, q1, b, n, x.device)
                 if stats.wants_logits(module):
                     stats.add_logits(module, logits.detach(), rv, kv, tau=tau)
                 _, _, pmax, entropy = softmax_stats_(x.detach().float().clone())
@@ -403,6 +354,63 @@ class RelativeBiasTable:
             out[:, :, q0:q1] = torch.matmul(p, value_f)
         if stats is not None:
             stats.add_rows(module, torch.cat(pmaxes, -1), torch.cat(entropies, -1), torch.cat(oks, -1))
+
+
+@dataclass
+class _Explicit:
+    """One call of the explicit path: queries, keys and values (keys reversed, restricted to [k0, k1)), the
+    flipped bias table, the mask, scale, τ, dropout, the statistics to feed and the output to write."""
+
+    module: torch.nn.Module
+    query: torch.Tensor
+    key_f: torch.Tensor
+    value_f: torch.Tensor
+    flipped: torch.Tensor
+    k0: int
+    k1: int
+    mask: torch.Tensor | None
+    scale: float
+    tau: float
+    p_drop: float
+    stats: AttentionStats | None
+    out: torch.Tensor
+    row_range: tuple[int, int] | None = None
+    grid_hint: int | None = None
+
+    def fields(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+
+
+def _tile_exp_(x: torch.Tensor, e: torch.Tensor, bias: torch.Tensor | None, mask: torch.Tensor | None, chunk: int,
+               z: torch.Tensor, tbuf: torch.Tensor | None, row_w: torch.Tensor | None) -> None:
+    """The elementwise passes of one (r, n) tile of scores ``x``: + bias, + mask, then ``e`` = exp(s − m) in
+    place (``e`` is ``x`` or its fp32 copy) with the row sums Σe in ``z`` and, with statistics (``tbuf``), the
+    sums Σe·(s − m) in ``row_w``. They run over chunks of rows small enough that a chunk and its shifted
+    scores stay in the core's L2 between passes (:data:`CHUNK_ELEMENTS`); the matmuls keep the whole tile."""
+    r, n = x.shape
+    for c0 in range(0, r, chunk):
+        c1 = min(c0 + chunk, r)
+        xc = x[c0:c1]
+        if bias is not None:
+            xc.add_(bias[c0:c1])
+        if mask is not None:
+            xc.add_(mask if mask.shape[0] == 1 else mask[c0:c1])
+        if e is not x:  # softmax and statistics in fp32
+            xc = e[c0:c1].copy_(xc)
+        if tbuf is None:
+            xc.sub_(xc.amax(-1, keepdim=True)).clamp_(min=EXP_FLOOR).exp_()  # no denormals
+            torch.sum(xc, -1, out=z[c0:c1])
+        else:
+            softmax_sums_(xc, tbuf[: (c1 - c0) * n].view(c1 - c0, n), z[c0:c1], row_w[c0:c1])
+
+
+def _row_validity(row_range: tuple[int, int] | None, mblk: torch.Tensor | None, q0: int, q1: int, batch: int,
+                  n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(valid query rows, valid keys) of a block for the statistics: ``row_range`` when the keys were sliced
+    to a range (a row is valid iff its own position lies in it), else the block mask's diagonal."""
+    if row_range is not None:
+        return _rows_in(row_range, q0, q1, batch, device), None
+    return _validity_flipped(mblk, batch, q1 - q0, n, q0)
 
 
 # ---- masks -------------------------------------------------------------------------------------------

@@ -16,19 +16,16 @@ statistics semantics.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, bidirectional_mask_function, sdpa_mask
 
-if TYPE_CHECKING:
-    from lengthx.attention.stats import AttentionStats
+from lengthx.attention.stats import STATS_ATTR, AttentionStats
 
 ATTN_NAME = "lengthx"
 TAU_ATTR = "lengthx_tau"
-STATS_ATTR = "lengthx_stats"
 QUERY_BLOCK = 1024  # explicit-softmax path: scores of at most this many query rows exist at once
 
 

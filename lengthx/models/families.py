@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 SCOPES = ("encoder", "all")
 
@@ -92,3 +93,11 @@ def get_family(name: str) -> Family:
         return FAMILIES[name]
     except KeyError:
         raise ValueError(f"unknown model family {name!r}; known families: {', '.join(FAMILIES)}") from None
+
+
+def base_model(model: nn.Module) -> nn.Module:
+    """The transformer body under a *ForCausalLM head (GPT-2/BLOOM: ``.transformer``; NeoX: ``.gpt_neox``)."""
+    for attr in ("transformer", "gpt_neox"):
+        if hasattr(model, attr):
+            return getattr(model, attr)
+    return model

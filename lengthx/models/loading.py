@@ -143,7 +143,7 @@ def check_checkpoint_dir(path: str | Path, name: str) -> None:
             raise ModelNotAvailable(f"model '{name}': weight shard {file} {problem}; {fix}")
 
 
-def _from_source(name: str, hub_id: str | None, path: str | None, loader: Any, **kwargs: Any) -> Any:
+def from_source(name: str, hub_id: str | None, path: str | None, loader: Any, **kwargs: Any) -> Any:
     """Load with ``loader.from_pretrained`` from ``path``, the local cache, then the hub, in that order."""
     if path:
         check_checkpoint_dir(path, name)
@@ -183,8 +183,8 @@ def load_model(
         kwargs["device_map"] = "auto"
     loader = AutoModelForSeq2SeqLM if family.encoder_decoder else AutoModelForCausalLM
     path = model_cfg.get("path")
-    tokenizer = _from_source(model_cfg.name, model_cfg.get("hub_id"), path, AutoTokenizer)
-    model = _from_source(model_cfg.name, model_cfg.get("hub_id"), path, loader, **kwargs)
+    tokenizer = from_source(model_cfg.name, model_cfg.get("hub_id"), path, AutoTokenizer)
+    model = from_source(model_cfg.name, model_cfg.get("hub_id"), path, loader, **kwargs)
     if "device_map" not in kwargs:
         model = model.to(dev)
     model.eval()

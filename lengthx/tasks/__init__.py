@@ -7,10 +7,11 @@ from typing import Any
 from lengthx.tasks.base import Example, Setting, all_settings, resolve_settings
 from lengthx.tasks.code_completion import CodeCompletionTask
 from lengthx.tasks.code_key import CodeKeyTask
-from lengthx.tasks.lines_task import LinesTask
+from lengthx.tasks.lines import LinesTask
 from lengthx.tasks.lm import LMTask
 from lengthx.tasks.mdqa import MDQATask
 from lengthx.tasks.passkey import PasskeyTask
+from lengthx.tasks.segmented_ppl import SegmentedPPLTask
 from lengthx.tasks.topics import TopicsTask
 
 TASKS: dict[str, type] = {
@@ -21,6 +22,7 @@ TASKS: dict[str, type] = {
     "code_completion": CodeCompletionTask,
     "code_key": CodeKeyTask,
     "lm": LMTask,
+    "segmented_ppl": SegmentedPPLTask,  # paper B
 }
 
 
@@ -37,6 +39,8 @@ def build_task(task_cfg: Any, profile: str = "mini", l_tr: int | None = None) ->
                          f"implemented tasks: {', '.join(TASKS)}") from None
     task = cls.from_config(task_cfg, profile=profile) if hasattr(cls, "from_config") \
         else cls(max_new_tokens=int(task_cfg.max_new_tokens))
+    if hasattr(task, "set_training_length") and l_tr is not None:
+        task.set_training_length(int(l_tr))
     if getattr(task, "same_text", False) and l_tr is not None:
         task.longest = max(s.value for s in all_settings(task_cfg, profile, int(l_tr)))
     return task

@@ -12,8 +12,10 @@ key (model|method|task|label, docs/design.md §7) must name one length.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from lengthx.data.fitting import count_tokens, truncate_prompt
 
 
 @dataclass(frozen=True)
@@ -76,3 +78,14 @@ def all_settings(task_cfg: Any, profile: str, l_tr: int) -> list[Setting]:
         return [Setting(lb, int(v), task_cfg.paper_unit) for lb, v in zip(labels, task_cfg.paper_settings, strict=True)]
     scale = l_tr / float(task_cfg.paper_l_tr)
     return [Setting(lb, round(float(v) * scale), "tokens") for lb, v in zip(labels, task_cfg.paper_l_ex, strict=True)]
+
+
+def truncated_example(example: Example, tokenizer: Any, l_tr: int) -> Example:
+    """The ``truncation`` baseline's version of ``example`` (paper A §5.4): the last ``l_tr`` tokens of its prompt.
+
+    ``requested_tokens`` keeps the setting's request; ``actual_tokens`` is what the model now reads, and
+    ``meta["untruncated_tokens"]`` the original length (the table column stays the setting).
+    """
+    prompt = truncate_prompt(tokenizer, example.prompt, l_tr)
+    meta = {**example.meta, "untruncated_tokens": example.actual_tokens, "truncated_to": l_tr}
+    return replace(example, prompt=prompt, actual_tokens=count_tokens(tokenizer, prompt), meta=meta)

@@ -3,7 +3,7 @@
 Benchmark facts (docs/design.md §6): an LCC row is a Python file prefix ``context`` and the next line ``gt``; runs
 of newlines in the context are collapsed; the model's prediction is the first line of its output; the
 scores are CodeXGLUE's line-level exact match (``pred.split() == gt.split()``) and edit similarity
-(fuzzywuzzy ``fuzz.ratio`` semantics, 0-100, see :mod:`lengthx.metrics`); results are reported per context
+(fuzzywuzzy ``fuzz.ratio`` semantics, 0-100, see :mod:`lengthx.tasks.metrics`); results are reported per context
 length bucket ``[n·1000, (n+1)·1000)`` tokens, n = 1..15, at L_tr = 768 (CodeT5+ 770M-py).
 
 Data sources (``task.source``):
@@ -27,151 +27,24 @@ helpers other tasks reuse (:func:`suffix_with_tokens`, :func:`prefix_with_tokens
 
 from __future__ import annotations
 
-import gzip
-import json
 import random
 import sysconfig
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from lengthx.data.fitting import count_tokens
-from lengthx.data.splits import in_split
-from lengthx.metrics import code_exact_match, edit_similarity, first_line
+from lengthx.data.corpora import stdlib_split
+from lengthx.data.fitting import chars_per_token, count_tokens, suffix_with_tokens
+from lengthx.data.jsonl import DataFormatError, read_jsonl
 from lengthx.tasks.base import Example, Setting
+from lengthx.tasks.metrics import code_exact_match, edit_similarity, first_line
 
 LCC_DATASET = "microsoft/LCC_python"
+
+
 BUCKET_WIDTH = 1000
 
-# Standard-library parts that are tests, generated tables or data rather than ordinary code.
-_STDLIB_SKIP_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test", "encodings",
-                               "pydoc_data", "__pycache__", "turtledemo", "ensurepip"})
-_STDLIB_SKIP_PREFIXES = ("_sysconfigdata", "config-", "this.py")
 
-
-# ---- reading data files --------------------------------------------------------------------------------
-
-
-class DataFormatError(ValueError):
-    """A data file does not have the benchmark's fields; the message names the file, line and field."""
-
-
-def open_text(path: str | Path) -> Iterator[tuple[int, str]]:
-    """(line number, line) of a text file, transparently gunzipping ``*.gz``."""
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        yield from enumerate(fh, start=1)
-
-
-def read_jsonl(path: str | Path, required: dict[str, type | tuple[type, ...]]) -> list[dict[str, Any]]:
-    """Rows of a JSON-lines file, each checked for the ``required`` fields and their types.
-
-    Blank lines are skipped. Raises :class:`DataFormatError` ``"<file>, line <n>: missing field 'x'"`` (or
-    invalid JSON, or a wrong type) at the first bad line, and ``FileNotFoundError`` naming the file.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"data file {path} does not exist")
-    rows = []
-    for lineno, line in open_text(path):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DataFormatError(f"{path}, line {lineno}: invalid JSON ({err.msg})") from None
-        if not isinstance(row, dict):
-            raise DataFormatError(f"{path}, line {lineno}: expected a JSON object, got {type(row).__name__}")
-        for name, kind in required.items():
-            if name not in row:
-                raise DataFormatError(f"{path}, line {lineno}: missing field {name!r}")
-            if not isinstance(row[name], kind):
-                raise DataFormatError(f"{path}, line {lineno}: field {name!r} should be "
-                                      f"{getattr(kind, '__name__', kind)}, got {type(row[name]).__name__}")
-        row["_line"] = lineno
-        rows.append(row)
-    return rows
-
-
-# ---- text windows fitted with the model's tokenizer ---------------------------------------------------
-
-
-def largest_fitting(fits: Callable[[int], bool], max_k: int, guess: int) -> int:
-    """Largest ``k`` in ``[0, max_k]`` with ``fits(k)``, for a monotone predicate (true up to some k).
-
-    Gallops from ``guess`` (doubling or halving) and then bisects, so the strings tokenised stay about the
-    size of the answer even when ``max_k`` is huge (a whole book). Returns 0 when nothing fits.
-    """
-    if max_k <= 0:
-        return 0
-    k = min(max(1, guess), max_k)
-    if fits(k):
-        lo = k
-        while lo < max_k:
-            hi = min(max_k, 2 * lo)
-            if not fits(hi):
-                break
-            lo = hi
-        else:
-            return max_k
-    else:
-        hi = k
-        lo = k // 2
-        while lo > 0 and not fits(lo):
-            hi, lo = lo, lo // 2
-        if lo == 0:
-            return 0
-    while hi - lo > 1:  # invariant: fits(lo), not fits(hi)
-        mid = (lo + hi) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-def chars_per_token(tokenizer, text: str) -> float:
-    """Characters per token of ``text`` (its last 4000 characters) under ``tokenizer``: a sizing guess."""
-    sample = text[-4000:]
-    n = len(tokenizer(sample, add_special_tokens=False)["input_ids"])
-    return max(1.0, len(sample) / max(1, n))
-
-
-def suffix_with_tokens(tokenizer, text: str, n_tokens: int, add_special_tokens: bool = True) -> str:
-    """The longest suffix of ``text`` that has at most ``n_tokens`` tokens (special tokens included when
-    ``add_special_tokens``): "the last n tokens" cut at a character, re-tokenisable as the model sees it."""
-    def n_of(s: str) -> int:
-        return len(tokenizer(s, add_special_tokens=add_special_tokens)["input_ids"])
-
-    guess = int(n_tokens * chars_per_token(tokenizer, text))
-    k = largest_fitting(lambda k: n_of(text[len(text) - k:]) <= n_tokens, len(text), guess)
-    return text[len(text) - k:]
-
-
-def prefix_with_tokens(tokenizer, text: str, n_tokens: int, add_special_tokens: bool = False) -> str:
-    """The longest prefix of ``text`` with at most ``n_tokens`` tokens (no special tokens by default)."""
-    def n_of(s: str) -> int:
-        return len(tokenizer(s, add_special_tokens=add_special_tokens)["input_ids"])
-
-    guess = int(n_tokens * chars_per_token(tokenizer, text[:4000]))
-    return text[:largest_fitting(lambda k: n_of(text[:k]) <= n_tokens, len(text), guess)]
-
-
-def truncate_prompt(tokenizer, prompt: str, l_tr: int) -> str:
-    """The ``truncation`` baseline (paper A §5.4): keep the most recent ``l_tr`` tokens of the prompt.
-
-    Returns ``prompt`` unchanged when it already fits, else its longest suffix with at most ``l_tr`` tokens
-    (the model's special tokens, e.g. T5's ``</s>``, included), so the encoder sees at most L_tr tokens.
-    """
-    if count_tokens(tokenizer, prompt) <= l_tr:
-        return prompt
-    return suffix_with_tokens(tokenizer, prompt, l_tr)
-
-
-# ---- the standard-library corpus -----------------------------------------------------------------------
 
 
 def collapse_newlines(text: str) -> str:
@@ -179,46 +52,6 @@ def collapse_newlines(text: str) -> str:
     kept = [line for line in text.split("\n") if line.strip()]
     out = "\n".join(kept)
     return out + "\n" if text.endswith("\n") and kept else out
-
-
-@lru_cache(maxsize=4)
-def stdlib_sources(root: str | None = None) -> tuple[tuple[str, str], ...]:
-    """(relative path, source) of the standard library's own ``.py`` files, sorted by path.
-
-    Tests, ``site-packages``, encodings tables and generated data modules are left out; files that are not
-    UTF-8 are skipped. The set depends on the Python version (recorded in each example's meta).
-    """
-    base = Path(root or sysconfig.get_paths()["stdlib"])
-    out = []
-    for path in sorted(base.rglob("*.py")):
-        rel = path.relative_to(base)
-        if any(part in _STDLIB_SKIP_DIRS or part.startswith("test") for part in rel.parts[:-1]):
-            continue
-        if rel.name.startswith(_STDLIB_SKIP_PREFIXES) or rel.name.startswith("test_"):
-            continue
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
-        if text.strip():
-            out.append((rel.as_posix(), text))
-    if not out:
-        raise FileNotFoundError(f"no Python sources found under the standard library at {base}")
-    return tuple(out)
-
-
-def stdlib_split(split: str = "all") -> tuple[tuple[str, str], ...]:
-    """:func:`stdlib_sources` of one held-out split (``train``, ``test`` or ``all``; :mod:`lengthx.data.splits`).
-
-    The mini profile scores ``test`` files: the T5-LM stand-in (``scripts/train_mini_t5_lm.py``) trains on the
-    others, so no scored continuation was seen in training."""
-    out = tuple((p, t) for p, t in stdlib_sources() if in_split(p, split))
-    if not out:
-        raise FileNotFoundError(f"the standard library has no source file in split {split!r}")
-    return out
-
-
-# ---- code rows -----------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -285,7 +118,7 @@ class CodeCompletionTask:
 
     name = "code_completion"
     metrics = ("exact_match", "edit_similarity")
-    scores_first_line = True  # generation may stop after the first complete line (lengthx.runner.FirstLineDone)
+    scores_first_line = True  # generation may stop after the first complete line (lengthx.models.generation.FirstLineDone)
 
     def __init__(self, max_new_tokens: int = 64, source: str = "auto", data_path: str | None = None,
                  hf_dataset: str = LCC_DATASET, hf_split: str = "test", bucket_width: int = BUCKET_WIDTH,
@@ -394,22 +227,11 @@ class CodeCompletionTask:
     def score(self, output: str, example: Example) -> dict[str, float]:
         """EM (0/100) and edit similarity (0-100) of the output's first line against the ground truth.
 
-        Both lines are compared as code tokens (:func:`lengthx.metrics.code_tokens`: tree-sitter's leaves, as
+        Both lines are compared as code tokens (:func:`lengthx.tasks.metrics.code_tokens`: tree-sitter's leaves, as
         LongCoder's LCC evaluation tokenises them), so spacing and indentation never decide a match.
         """
         pred, gt = first_line(output).strip(), str(example.target).strip()
         return {"exact_match": 100.0 * code_exact_match(pred, gt), "edit_similarity": edit_similarity(pred, gt)}
-
-    @staticmethod
-    def truncated(example: Example, tokenizer, l_tr: int) -> Example:
-        """The ``truncation`` baseline's version of ``example``: the last ``l_tr`` tokens of its context.
-
-        ``requested_tokens`` keeps the bucket's request; ``actual_tokens`` is what the model now reads, and
-        ``meta["untruncated_tokens"]`` the original length (the table column stays the bucket).
-        """
-        prompt = truncate_prompt(tokenizer, example.prompt, l_tr)
-        meta = {**example.meta, "untruncated_tokens": example.actual_tokens, "truncated_to": l_tr}
-        return replace(example, prompt=prompt, actual_tokens=count_tokens(tokenizer, prompt), meta=meta)
 
 
 def resolve_source(source: str, data_path: str | None, profile: str, real: str = "hf",

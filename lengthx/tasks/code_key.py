@@ -30,22 +30,16 @@ import io
 import random
 import sysconfig
 import tokenize
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from lengthx.data.fitting import count_tokens
-from lengthx.metrics import code_key_correct
+from lengthx.data.corpora import stdlib_sources
+from lengthx.data.fitting import chars_per_token, count_tokens, largest_fitting
+from lengthx.data.jsonl import read_jsonl
 from lengthx.tasks.base import Example, Setting
-from lengthx.tasks.code_completion import (
-    LCC_DATASET,
-    chars_per_token,
-    collapse_newlines,
-    largest_fitting,
-    load_lcc_hf,
-    read_jsonl,
-    resolve_source,
-    stdlib_sources,
-)
+from lengthx.tasks.code_completion import LCC_DATASET, collapse_newlines, load_lcc_hf, resolve_source
+from lengthx.tasks.metrics import code_key_correct
 
 FUNCTION_NAME = "special_function"
 KEY_FUNCTION = (
@@ -82,21 +76,10 @@ def _string_closer(token: str) -> str:
     return body[:3] if body[:3] in TRIPLE_QUOTES else body[:1]
 
 
-def code_points(code: str) -> tuple[list[tuple[int, str]], list[int]]:
-    """Where a Python file may be cut and where a function may be inserted, from Python's tokenizer.
-
-    Returns ``(cuts, anchors)``. A cut is ``(offset, closing)``: the file may end at ``offset`` (just after a
-    physical line) when followed by ``closing``, the text that closes what is open there (a multi-line
-    string's quotes, then brackets, then a newline), so that a following line stays code; cuts after a
-    block header (``if x:``), a backslash continuation or inside an f-string are left out. Anchors are the starts of top-level
-    statements (column 0) that do not follow a decorator line. A file that does not tokenise to its end
-    (an LCC prefix, say) keeps the points found before the problem.
-    """
-    line_starts = [0] + [i + 1 for i, ch in enumerate(code) if ch == "\n"]
-
-    def offset(pos: tuple[int, int]) -> int:
-        return line_starts[pos[0] - 1] + pos[1]
-
+def _token_marks(code: str, offset: Callable[[tuple[int, int]], int]) -> tuple[
+        list[int], list[tuple[int, str]], list[tuple[int, int, str]], list[tuple[int, int]], list[tuple[int, int]], int]:
+    """One pass of Python's tokenizer over ``code`` for :func:`code_points`: (anchors, brackets, multi-line
+    strings, f-string spans, block-header spans, the offset up to which the file tokenised)."""
     anchors: list[int] = []
     brackets: list[tuple[int, str]] = []  # (offset, opener or closer) outside f-strings
     strings: list[tuple[int, int, str]] = []  # (start, end, closing quotes) of multi-line strings
@@ -136,6 +119,25 @@ def code_points(code: str) -> tuple[list[tuple[int, str]], list[int]]:
                 prev_first, new_line = tok.string, False
     except (tokenize.TokenError, SyntaxError):
         pass
+    return anchors, brackets, strings, blocked, headers, last_ok
+
+
+def code_points(code: str) -> tuple[list[tuple[int, str]], list[int]]:
+    """Where a Python file may be cut and where a function may be inserted, from Python's tokenizer.
+
+    Returns ``(cuts, anchors)``. A cut is ``(offset, closing)``: the file may end at ``offset`` (just after a
+    physical line) when followed by ``closing``, the text that closes what is open there (a multi-line
+    string's quotes, then brackets, then a newline), so that a following line stays code; cuts after a
+    block header (``if x:``), a backslash continuation or inside an f-string are left out. Anchors are the starts of top-level
+    statements (column 0) that do not follow a decorator line. A file that does not tokenise to its end
+    (an LCC prefix, say) keeps the points found before the problem.
+    """
+    line_starts = [0] + [i + 1 for i, ch in enumerate(code) if ch == "\n"]
+
+    def offset(pos: tuple[int, int]) -> int:
+        return line_starts[pos[0] - 1] + pos[1]
+
+    anchors, brackets, strings, blocked, headers, last_ok = _token_marks(code, offset)
     cuts: list[tuple[int, str]] = []
     stack: list[str] = []
     bi = si = hi = fi = 0

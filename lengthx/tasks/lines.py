@@ -17,17 +17,28 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from lengthx.data.fitting import bisect_largest, count_tokens
+from lengthx.tasks.base import Example, Setting
+from lengthx.tasks.metrics import lines_correct
+
 HEADER = (
     "Below is a record of lines I want you to remember. Each line begins with 'line <line index>' and "
     "contains a '<REGISTER_CONTENT>' at the end of the line as a numerical value. For each line index, "
     "memorize its corresponding <REGISTER_CONTENT>. At the end of the record, I will ask you to retrieve "
     "the corresponding <REGISTER_CONTENT> of a certain line index. Now the record start:\n\n"
 )
+
+
 LINE_TEMPLATE = "line {idx}: REGISTER_CONTENT is <{n}>\n"
+
+
 QUESTION_TEMPLATE = (
     "\nNow the record is over. Tell me what is the <REGISTER_CONTENT> in line {idx}? I need the number."
 )
+
+
 MAX_VALUE = 50000
+
 
 # Frozen fallback vocabulary: a fixed subset of wonderwords' own adjective and noun lists (wonderwords 3.0.1:
 # every 3rd adjective and every 8th noun among the lower-case single words), used only when wonderwords is
@@ -59,6 +70,8 @@ _FROZEN_ADJECTIVES = (
     "juvenile wealthy jagged garrulous annoying selfish ossified aromatic evasive uttermost energetic "
     "guiltless aware rightful rich daily rough rural"
 ).split()
+
+
 _FROZEN_NOUNS = (
     "aardvark abrogation accent accord accusation acquaintance activity addition admission advancement "
     "advocacy afterlife agenda aid airfield airspace ale allegation alluvium alphabet amazement amendment "
@@ -239,11 +252,47 @@ def fit_lines_case(
     """
     if count_tokens(lines_case_at(1, seed).prompt) > max_tokens:
         raise ValueError(f"a one-line record already exceeds {max_tokens} tokens")
-    lo, hi = 1, max_lines + 1  # invariant: lo lines fit, hi lines do not (or hi is past max_lines)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if count_tokens(lines_case_at(mid, seed).prompt) <= max_tokens:
-            lo = mid
-        else:
-            hi = mid
+    # hi = max_lines + 1 stands for "past max_lines", never tried
+    lo = bisect_largest(lambda n: count_tokens(lines_case_at(n, seed).prompt) <= max_tokens, 1, max_lines + 1)
     return lines_case_at(lo, seed)
+
+
+def case_seed(seed: int, i: int) -> int:
+    """The seed of example ``i`` of a run seeded ``seed`` (distinct for every (seed, i) below 10^6 cases).
+
+    Each example has its own seed, so example ``i`` is the same whatever the other examples or the
+    setting: at 200 and at 300 lines its indices are prefixes of one sequence (``lines_case_at``)."""
+    return seed * 1_000_003 + i
+
+
+class LinesTask:
+    """LongEval lines: seeded records of ``line <idx>: REGISTER_CONTENT is <n>``, last-integer scoring."""
+
+    name = "lines"
+    metrics = ("accuracy",)
+
+    def __init__(self, max_new_tokens: int = 100, max_lines: int = 2000):
+        self.max_new_tokens = max_new_tokens
+        self.max_lines = max_lines
+
+    def examples(self, setting: Setting, tokenizer, n: int, seed: int) -> list[Example]:
+        """``n`` examples at ``setting`` (a number of lines, or a token count fitted by bisection)."""
+        out = []
+        for i in range(n):
+            s = case_seed(seed, i)
+            if setting.unit == "lines":
+                case, requested = lines_case_at(setting.value, s), None
+            elif setting.unit == "tokens":
+                requested = setting.value
+                case = fit_lines_case(s, lambda p: count_tokens(tokenizer, p), requested, self.max_lines)
+            else:
+                raise ValueError(f"lines settings are in lines or tokens, not {setting.unit!r}")
+            prompt = case.prompt
+            out.append(Example(f"{seed}-{i}", prompt, case.answer, requested, count_tokens(tokenizer, prompt),
+                               {"n_lines": len(case.pairs), "query_idx": case.query_idx,
+                                "query_position": case.query}))
+        return out
+
+    def score(self, output: str, example: Example) -> dict[str, float]:
+        """100 when the last integer of the output is the asked line's number, else 0."""
+        return {"accuracy": 100.0 * lines_correct(output, example.target)}

@@ -34,15 +34,15 @@ from typing import Any
 
 import torch
 
-from lengthx.data.fitting import count_tokens
-from lengthx.tasks.base import Example, Setting
-from lengthx.tasks.code_completion import (
+from lengthx.data.corpora import stdlib_split
+from lengthx.data.fitting import (
     chars_per_token,
+    count_tokens,
     largest_fitting,
     prefix_with_tokens,
-    stdlib_split,
     suffix_with_tokens,
 )
+from lengthx.tasks.base import Example, Setting
 
 PG19 = "deepmind/pg19"
 CONTINUATION_TOKENS = 128

@@ -10,7 +10,7 @@ with documents numbered from 1; data are NaturalQuestions-Open questions with 10
 Wikipedia passages of which one (the gold document) holds the answer, placed at position 0, 4, 9, ... (the
 upstream files ``nq-open-{N}_total_documents_gold_at_{i}.jsonl.gz``, fields ``question``, ``answers`` and
 ``ctxs`` with ``title``, ``text``, ``isgold``); the score is best-subspan exact match
-(:func:`lengthx.metrics.best_subspan_em`).
+(:func:`lengthx.tasks.metrics.best_subspan_em`).
 
 Data: ``task.data_dir`` (a directory holding upstream files, or one ``.jsonl``/``.jsonl.gz`` file with the
 same fields). The documents of a setting "N docs, gold at i" are the gold document and the first N-1
@@ -35,10 +35,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from lengthx.data.fitting import count_tokens, fit_to_tokens
-from lengthx.metrics import best_subspan_em
+from lengthx.data.fitting import bisect_largest, count_tokens, fit_to_tokens
+from lengthx.data.jsonl import DataFormatError, read_jsonl
 from lengthx.tasks.base import Example, Setting
-from lengthx.tasks.code_completion import DataFormatError, read_jsonl
+from lengthx.tasks.metrics import best_subspan_em
 
 INSTRUCTION = (
     "Write a high-quality answer for the given question using only the provided search results "
@@ -275,11 +275,7 @@ def _water_fill(lengths: list[int], budget: int) -> list[int]:
     def used(level: int) -> int:
         return sum(min(n, level) for n in lengths)
 
-    lo, hi = 0, max(lengths, default=0)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if used(mid) <= budget else (lo, mid)
-    level = hi if used(hi) <= budget else lo
+    level = bisect_largest(lambda k: used(k) <= budget, 0, max(lengths))  # all of max(lengths) exceeds the budget
     alloc = [min(n, level) for n in lengths]
     rest = budget - sum(alloc)
     for j, n in enumerate(lengths):

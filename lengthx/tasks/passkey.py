@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from functools import partial
 
 from lengthx.data.fitting import count_tokens, fit_to_tokens
-from lengthx.metrics import passkey_correct
 from lengthx.tasks.base import Example, Setting
+from lengthx.tasks.metrics import passkey_correct
 
 INTRO = (
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "

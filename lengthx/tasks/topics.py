@@ -11,7 +11,7 @@ Conversations come from LongEval's ``conversations.jsonl`` (one JSON object per 
 from our own templates (:func:`generate_conversations`), each opening with the benchmark's sentence.
 
 Scoring: upstream asked a GPT model to judge whether the output names the first topic. Offline we use a
-documented rule, :func:`lengthx.metrics.topic_correct`: the SQuAD-normalised topic (lower case, no
+documented rule, :func:`lengthx.tasks.metrics.topic_correct`: the SQuAD-normalised topic (lower case, no
 punctuation, no articles, single spaces) must occur as a whole run of words in the normalised output.
 
 Settings: ``topics`` (N full conversations, the paper's unit) or ``tokens``: the record is then the
@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from lengthx.data.fitting import count_tokens, fit_to_tokens
-from lengthx.metrics import topic_correct
+from lengthx.data.jsonl import read_jsonl
 from lengthx.tasks.base import Example, Setting
-from lengthx.tasks.code_completion import read_jsonl
+from lengthx.tasks.metrics import topic_correct
 
 HEADER = (
     "Below is a record of our previous conversation on {n} different topics. You are the ASSISTANT, and I "
