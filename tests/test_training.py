@@ -188,7 +188,7 @@ def test_other_families_train_and_evaluate(models, corpus, tmp_path, monkeypatch
     register_resolvers()
     results = tmp_path / "results"
 
-    monkeypatch.setattr("lengthx.segmented.loop.RUNS_DIR", tmp_path / "runs")
+    monkeypatch.setattr("lengthx.segmented.plan.RUNS_DIR", tmp_path / "runs")
 
     def evaluate(model: str, path: str | None, *extra: str) -> list[dict]:
         files = ",".join(f"'{f}'" for f in corpus)

@@ -23,9 +23,9 @@ from lengthx.core.cells import Cell, cell_hash
 from lengthx.core.store import ResultsStore, write_json
 from lengthx.core.sweep import row_fields, sweep
 from lengthx.models.loading import load_model
+from lengthx.segmented import plan as segmented_plan
 from lengthx.segmented.lengths import LengthState, attention_histogram
 from lengthx.segmented.models import check_family
-from lengthx.segmented.plan import RUNS_DIR
 from lengthx.tasks import build_task
 from lengthx.tasks.base import Setting
 from lengthx.tasks.segmented_ppl import (
@@ -136,7 +136,7 @@ class PerplexityJob:
         self.store = ResultsStore(Path(cfg.results_dir))
         profile = str(cfg.profile.name)
         if cfg.task.get("run"):  # a `lengthx train` run of this model, by its directory name
-            final = RUNS_DIR / profile / str(cfg.model.name) / str(cfg.task.run) / "final"
+            final = segmented_plan.RUNS_DIR / profile / str(cfg.model.name) / str(cfg.task.run) / "final"
             if not (final / "config.json").is_file():
                 raise ValueError(
                     f"task.run={cfg.task.run}: no finished training run at {final}; train it first "
