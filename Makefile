@@ -44,7 +44,7 @@ bench: install
 tables: install
 	$(LX) tables
 
-# Paper A on the mini profile, two stand-ins (conf/model/mini-*.yaml):
+# Paper A on the mini profile, two stand-ins (lengthx/conf/model/mini-*.yaml):
 # - mini-t5 (Flan-T5's stand-in) runs the retrieval and QA experiments (Tables 1, 4, 5, 7, 9, 10) on each
 #   task's shortest and longest setting (AA_MINI_SLICE= runs them all; MDQA adds 30docs@0, Table 10's column),
 #   10 examples per setting, 1 calibration example for Algorithm 1;
@@ -78,30 +78,25 @@ $(LX) run -m experiment=aa_table3 method=prop1,prop2 task.num_examples=$(AA_LM_E
 $(LX) run -m experiment=aa_table3 method=pmax,entropy ++method.per_layer=true ++method.search=bisect task.num_examples=$(AA_LM_EXAMPLES) $(AA_LM_ARGS) $(AA_DRY_RUN)
 endef
 
-# Paper B: continued pre-training (lengthx train, conf/train) of the paper's models, then perplexity at
-# L_t…5L_t (task=segmented_ppl). $(1) = profile, $(2) = evaluation arguments. Every step resumes: a finished
-# run or cell is skipped, an interrupted one continues from its last checkpoint or record.
-SB_DEV      := full,chunk-0.125,chunk-0.25,chunk-0.5,prefix-0.25,prefix-0.5
-SB_DEV_RUNS := full-2x,full-4x,chunk-0.125-2x,chunk-0.125-4x,chunk-0.25-2x,chunk-0.25-4x,chunk-0.5-2x,chunk-0.5-4x,prefix-0.25-2x,prefix-0.25-4x,prefix-0.5-2x,prefix-0.5-4x
+# Paper B: one experiment per table (lengthx/conf/experiment/sb_table*.yaml): each job scores one training run
+# of one model at L_t…5L_t (task=segmented_ppl) and first trains what it needs, OOTB (one epoch of domain
+# adaptation from the published checkpoint, paper B §4.3) before the methods that start from it. Every step
+# resumes: a finished run or cell is skipped, an interrupted one continues from its last checkpoint or record.
+# The mini profile adapts the decoder minis (pre-trained on code) to English prose (corpora/) and scores prose.
+# SB_DRY_RUN=--dry-run lists each job's training and cells instead.
+SB_DRY_RUN ?=
 define SB_RECIPE
-$(LX) train -m profile=$(1) model=gpt2,pythia-160m method=$(SB_DEV) l_e_factor=2,4
-$(LX) train -m profile=$(1) model=gpt2-xl,pythia-1.4b,bloom-1b1 method=chunk-0.25 l_e_factor=2,4
-$(LX) train -m profile=$(1) model=gpt2-xl,bloom-1b1 method=da
-$(LX) run -m profile=$(1) task=segmented_ppl model=gpt2,pythia-160m,gpt2-xl,pythia-1.4b,bloom-1b1 'task.factors=[1,2,3,4,5]' task.attention_medians=4 $(2)
-$(LX) run -m profile=$(1) task=segmented_ppl model=gpt2,pythia-160m task.run=$(SB_DEV_RUNS) $(2)
-$(LX) run -m profile=$(1) task=segmented_ppl model=gpt2-xl,pythia-1.4b,bloom-1b1 task.run=chunk-0.25-2x,chunk-0.25-4x task.attention_medians=4 $(2)
-$(LX) run -m profile=$(1) task=segmented_ppl model=gpt2-xl,bloom-1b1 task.run=da-1x $(2)
+$(LX) run -m experiment=sb_table2 profile=$(1) $(2)
+$(LX) run -m experiment=sb_table3 profile=$(1) $(2)
+$(LX) run -m experiment=sb_table4 profile=$(1) $(2)
+$(LX) run -m experiment=sb_table5 profile=$(1) $(2)
 endef
-# Mini profile: the shipped mini-gpt2 / mini-pythia / mini-bloom stand in for the paper's models (L_t = 128);
-# the token budget per run is conf/train/profile/mini.yaml's; every length scores the same held-out text
-# (60 random 5L_t-token pieces cut into L-token sequences: 300 at L_t, 120 at 2L_t, 60 at 4L_t and 5L_t).
-SB_MINI_ARGS ?= task.num_examples=60 task.text_factor=5
 
 reproduce-mini-a: install
 	$(AA_MINI_RECIPE)
 
 reproduce-mini-b: install
-	$(call SB_RECIPE,mini,$(SB_MINI_ARGS))
+	$(call SB_RECIPE,mini,$(SB_DRY_RUN))
 
 # then every table (plain and beside the paper), the figures, and the README's result blocks from them
 reproduce-mini: reproduce-mini-a reproduce-mini-b
@@ -112,7 +107,7 @@ reproduce-mini: reproduce-mini-a reproduce-mini-b
 	$(BIN)/python -m lengthx.report.tables.readme docs/mini-t5-lm.md
 
 # The paper profile: needs hub access (or a local cache) and a GPU. Resumable: rerun to continue.
-# Paper A: one experiment per table (conf/experiment/aa_*.yaml), the paper's models × methods × settings;
+# One experiment per table (lengthx/conf/experiment/aa_*.yaml, sb_*.yaml), the paper's models × methods × settings;
 # AA_PAPER_ARGS passes data paths, e.g. task.data_dir=… (MDQA upstream files) or task.text_path=… (LM).
 # `make reproduce-all AA_DRY_RUN=--dry-run` lists every cell with counts per table, loading no model;
 # `lengthx plan profile=paper` lists all of them at once beside the published tables' counts.
@@ -124,7 +119,7 @@ reproduce-all: install
 	$(LX) run -m experiment=aa_table5 profile=paper $(AA_PAPER_ARGS) $(AA_DRY_RUN)
 	$(LX) run -m experiment=aa_table6 profile=paper $(AA_PAPER_ARGS) $(AA_DRY_RUN)
 	$(LX) run -m experiment=aa_code_key profile=paper $(AA_PAPER_ARGS) $(AA_DRY_RUN)
-	$(if $(AA_DRY_RUN),,$(call SB_RECIPE,paper,))
+	$(call SB_RECIPE,paper,$(AA_DRY_RUN))
 	$(if $(AA_DRY_RUN),$(LX) plan profile=paper,$(LX) tables --results-dir results/paper)
 
 # mini-t5-lm and the regime study (docs/mini-t5-lm.md). `mini-t5-lm` trains the shipped stand-in (resumable;

@@ -76,7 +76,7 @@ def test_calibrate_second_call_is_served_from_cache(tiny_model_dir, tmp_path):
 
     register_resolvers()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        cfg = compose("config", overrides=[
+        cfg = compose("run", overrides=[
             "method=pmax", f"model.path={tiny_model_dir}", "model.l_tr=300", "task.settings=[400]",
             f"results_dir={tmp_path}", "calibration.num_examples=1"])
     runner = Runner(cfg)

@@ -15,7 +15,7 @@ from lengthx.alignment.algorithm1 import TEMPERATURE_GRID, align_temperature
 from lengthx.alignment.propositions import log_temperature, prop1_temperature, prop2_temperature
 
 PAPER = Path(__file__).resolve().parents[1] / "lengthx" / "published" / "attention-alignment-tables"
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[1] / "lengthx" / "conf"
 
 
 def test_grid():

@@ -143,7 +143,7 @@ def test_longchat_prompts_are_wrapped_in_its_chat_template(tiny_llama_dir, tmp_p
                  "method=none", "task.num_examples=2", "task.settings=[150]", f"results_dir={tmp_path}",
                  "batch_size=2", "device=cpu"]
     with initialize_config_dir(str(CONF_DIR), version_base=None):
-        cfg = compose("config", overrides=overrides)
+        cfg = compose("run", overrides=overrides)
     assert cfg.model.chat_template == "USER: {prompt} ASSISTANT:"  # conf/model/longchat-13b-16k.yaml
     runner = Runner(cfg)
     fed: list[torch.Tensor] = []

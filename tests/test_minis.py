@@ -27,7 +27,7 @@ def compose_run(*overrides: str):
     register_resolvers()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return compose(config_name="config", overrides=list(overrides))
+        return compose(config_name="run", overrides=list(overrides))
 
 
 @pytest.mark.parametrize(
@@ -106,7 +106,7 @@ def test_shipped_decoder_mini_beats_unigram_on_held_out_files(name):
 
     model = next(m for m, mini in (("gpt2", "mini-gpt2"), ("pythia-160m", "mini-pythia"), ("bloom-1b1", "mini-bloom"))
                  if mini == name)
-    cfg = apply_profile(compose_run(f"model={model}", "task=segmented_ppl"))
+    cfg = apply_profile(compose_run(f"model={model}", "task=segmented_ppl", "data=stdlib"))  # its own domain
     loaded = load_model(cfg.model, device="cpu", dtype="float32")
     meta = json.loads((CHECKPOINTS / name / "lengthx_mini.json").read_text())
     seqs = SegmentedPPLTask(cfg.task, "mini").sequences(loaded.tokenizer, 128, meta["eval_sequences"])
@@ -134,7 +134,8 @@ def test_accelerate_launch_cpu_trains_the_shipped_mini(tmp_path):
     out = tmp_path / "run"
     cmd = [str(accelerate), "launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
            "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "lengthx.cli.train",
-           "model=gpt2", "method=chunk-0.25", "l_e_factor=2", "data.max_docs=6", f"data.cache_dir={tmp_path / 'c'}",
+           "model=gpt2", "method=chunk-0.25", "start=pretrained", "l_e_factor=2", "data=stdlib", "data.max_docs=6",
+           f"data.cache_dir={tmp_path / 'c'}",
            "train.max_steps=3", "train.batch_size=2", "train.save_every=0", "train.progress=false",
            f"train.output_dir={out}", f"hydra.run.dir={tmp_path / 'hydra'}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
@@ -161,7 +162,7 @@ def test_out_of_the_box_rope_breaks_past_l_t_but_interpolated_ape_and_alibi_do_n
 
     ratio = {}
     for model in ("gpt2", "pythia-160m", "bloom-1b1"):
-        cfg = apply_profile(compose_run(f"model={model}", "task=segmented_ppl"))
+        cfg = apply_profile(compose_run(f"model={model}", "task=segmented_ppl", "data=stdlib"))  # its own domain
         loaded = load_model(cfg.model, device="cpu", dtype="float32")
         lengths = LengthState.capture(loaded.model, str(cfg.model.family))
         task = SegmentedPPLTask(cfg.task, "mini", ref_length=640)  # 6 pieces of 640 tokens, also cut into 5 x 128

@@ -48,7 +48,7 @@ def test_task_only_keeps_the_named_columns():
 
     from lengthx.tasks.base import resolve_settings
 
-    cfg = OmegaConf.load(__import__("pathlib").Path(__file__).parents[1] / "conf/task/passkey.yaml")
+    cfg = OmegaConf.load(__import__("pathlib").Path(__file__).parents[1] / "lengthx/conf/task/passkey.yaml")
     all_ = resolve_settings(cfg, "mini", 256)
     assert [s.label for s in all_] == ["20k", "30k", "40k", "50k", "55k"]
     assert [s.value for s in all_] == [round(v * 256 / 512) for v in cfg.paper_l_ex]  # ratios kept at L_tr 256

@@ -41,7 +41,7 @@ from lengthx.tasks.metrics import (
 from lengthx.tasks.topics import TopicsTask, read_conversations
 
 ROOT = Path(__file__).resolve().parents[1]
-CONF = ROOT / "conf" / "task"
+CONF = ROOT / "lengthx" / "conf" / "task"
 MINI_TOKENIZER = ROOT / "lengthx" / "checkpoints" / "mini-t5"
 PAPER_TABLES = ROOT / "lengthx" / "published" / "attention-alignment-tables"
 NEW_TASKS = ("lines", "topics", "mdqa", "code_completion", "code_key", "lm")

@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import L_T
 from conftest import train_overrides as overrides
+from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 from lengthx.cli.train import compose_train_config, train_main
@@ -76,12 +77,49 @@ def test_pieces_one_document_each_remainder_dropped(models, corpus, tmp_path):
     cfg = compose_train_config(overrides(models, corpus, tmp_path)).data
     pieces = piece_dataset(cfg, tok, "train", 64)
     assert len(pieces) > 0 and pieces[0]["input_ids"].shape == (64,)
-    doc = next(f for f in corpus if not is_test_document(str(Path(f).resolve()), 30))
+    root = Path(os.path.commonpath([str(Path(f).resolve()) for f in corpus]))
+    rel = {f: Path(f).resolve().relative_to(root).as_posix() for f in corpus}  # ids relative to the corpus root
+    doc = next(f for f in corpus if not is_test_document(rel[f], 30))
     ids = tok(Path(doc).read_text(), add_special_tokens=False)["input_ids"]
-    own = [p["input_ids"].tolist() for p in pieces if p["doc_id"] == str(Path(doc).resolve())]
+    own = [p["input_ids"].tolist() for p in pieces if p["doc_id"] == rel[doc]]
     assert own == split_pieces(ids, 64) and len(own) == len(ids) // 64
     again = piece_dataset(cfg, tok, "train", 64)  # from the on-disk cache
     assert torch.equal(again[:]["input_ids"], pieces[:]["input_ids"])
+
+
+def test_file_split_does_not_depend_on_where_the_corpus_lies(corpus, tmp_path):
+    from lengthx.data.corpora import file_documents
+
+    moved = tmp_path / "elsewhere" / "deeper"
+    moved.mkdir(parents=True)
+    for f in corpus:
+        shutil.copy(f, moved / Path(f).name)
+    here = file_documents(list(corpus), "test", test_percent=30, cache_dir=str(tmp_path / "hf"))
+    there = file_documents([str(moved)], "test", test_percent=30, cache_dir=str(tmp_path / "hf"))
+    assert len(here) > 0 and here["id"] == there["id"] and here["text"] == there["text"]
+
+
+def test_archive_corpus_is_extracted_once_and_read_like_files(tmp_path):
+    import tarfile
+
+    from lengthx.data.corpora import extract_archive, load_documents
+
+    src = tmp_path / "src" / "docs"
+    src.mkdir(parents=True)
+    for i in range(12):
+        (src / f"doc{i:02d}.txt").write_text(f"document {i} " * 50)
+    archive = tmp_path / "docs.tar.xz"
+    with tarfile.open(archive, "w:xz") as tar:
+        tar.add(src, arcname="docs")
+    data = OmegaConf.create({"source": "archive", "archive": str(archive), "test_percent": 25,
+                             "cache_dir": str(tmp_path / "cache")})
+    test = load_documents(data, "test")
+    train = load_documents(data, "train")
+    assert len(test) + len(train) == 12 and not set(test["id"]) & set(train["id"])
+    assert all(i.startswith("doc") for i in test["id"])  # relative to the archive's root, not the cache path
+    assert extract_archive(archive, tmp_path / "cache") == extract_archive(archive, tmp_path / "cache")
+    with pytest.raises(ValueError, match="archive_sha256"):
+        extract_archive(archive, tmp_path / "cache2", sha256="0" * 64)
 
 
 # ---- training ---------------------------------------------------------------------------------------------
@@ -196,7 +234,7 @@ def test_other_families_train_and_evaluate(models, corpus, tmp_path, monkeypatch
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
             cfg = compose(
-                config_name="config",
+                config_name="run",
                 overrides=[
                     "task=segmented_ppl",
                     f"model={model}",
@@ -205,17 +243,19 @@ def test_other_families_train_and_evaluate(models, corpus, tmp_path, monkeypatch
                     "device=cpu",
                     f"results_dir={results}",
                     "task.num_examples=3",
-                    "task.data.source=files",
-                    f"task.data.files=[{files}]",
-                    "task.data.test_percent=30",
-                    f"task.data.cache_dir={tmp_path / 'cache'}",
+                    "task.factors=[1,2,4]",
+                    "data=files",
+                    f"data.files=[{files}]",
+                    "data.test_percent=30",
+                    f"data.cache_dir={tmp_path / 'cache'}",
                     *extra,
                 ],
             )
         return run_task(cfg)
 
-    with pytest.raises(ValueError, match="task.run=chunk-0.5-2x: no finished training run"):
-        evaluate("bloom-1b1", None, "task.run=chunk-0.5-2x")
+    # a missing run names the command that trains it, OOTB first (paper B §4.3)
+    with pytest.raises(FileNotFoundError, match="needs the run ootb-1x.*lengthx train model=bloom-1b1 .*method=ootb"):
+        evaluate("bloom-1b1", None, "task.run=chunk-0.5-2x", "task.train_missing=false")
     # the run by its name under runs/<profile>/<model>/, with Figure 3's histogram at 2L_t from 2 sequences
     medians = ("task.attention_medians=2", "task.attention_factor=2")
     summary = evaluate("bloom-1b1", None, "task.run=prefix-0.5-4x", *medians)
@@ -224,13 +264,13 @@ def test_other_families_train_and_evaluate(models, corpus, tmp_path, monkeypatch
         f"bloom-1b1|prefix-0.5@4L_t|segmented_ppl|{s}" for s in ("L_t", "2L_t", "4L_t")
     ]
     ootb = evaluate("gpt2", models["gpt2"])
-    assert [s["cell"].split("|")[1] for s in ootb] == ["ootb"] * 3
+    assert [s["cell"].split("|")[1] for s in ootb] == ["pretrained"] * 3
     df = ResultsStore(results).read()
     assert set(df["paper"]) == {"B"} and set(df["metric"]) == {"ppl", "ppl_tokens"}
     row = df[(df["model"] == "gpt2") & (df["setting"] == "4L_t") & (df["metric"] == "ppl")].iloc[0]
     assert row["L_req"] == 4 * L_T and row["n"] == 3 and "APE interpolated 16->64" in row["message"]
     assert all(1.0 < v < 1000 for v in df["value"])
-    recs = ResultsStore(results).load_records("gpt2|ootb|segmented_ppl|2L_t")
+    recs = ResultsStore(results).load_records("gpt2|pretrained|segmented_ppl|2L_t")
     assert len(recs) == 3 and all(r["scores"]["tokens"] == 2 * L_T - 1 for r in recs.values())
     assert [s["status"] for s in evaluate("bloom-1b1", None, "task.run=prefix-0.5-4x", *medians)] == ["done"] * 3
 
@@ -248,7 +288,7 @@ def test_other_families_train_and_evaluate(models, corpus, tmp_path, monkeypatch
 
     evaluate("bloom-1b1", models["bloom-1b1"], *medians)
     hists = {p.stem: json.loads(p.read_text()) for p in (results / "attention").glob("*.json")}
-    assert set(hists) == {"bloom-1b1__prefix-0.5@4L_t", "bloom-1b1__ootb"}
+    assert set(hists) == {"bloom-1b1__prefix-0.5@4L_t", "bloom-1b1__pretrained"}
     for h in hists.values():  # 2 layers x 4 heads x L_T queries past L_t (of 2 L_T) x 2 sequences
         assert sum(h["counts"]) == 2 * 4 * L_T * 2 and h["setting"] == "2L_t"
         assert 0 < h["median"] < 1 and h["uniform_median"] == pytest.approx(1 / (L_T + 1 + L_T / 2), rel=0.1)
@@ -264,9 +304,9 @@ def test_cli_entry_and_fail_fast(models, corpus, tmp_path):
             models,
             corpus,
             tmp_path,
-            method="da",
+            method="ootb",
             out="cli",
-            **{"train.max_steps": 2, "label": "ootb", "hydra.run.dir": tmp_path / "hydra"},
+            **{"train.max_steps": 2, "hydra.run.dir": tmp_path / "hydra"},
         )
     )
     meta = json.loads((tmp_path / "cli/final/lengthx_train.json").read_text())

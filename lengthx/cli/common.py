@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from lengthx.config import CONF_DIR, check_overrides, register_resolvers
+from lengthx.config import CONF_DIR, RUN_CONFIG, check_overrides, register_resolvers
 from lengthx.errors import UsageError, UserError, debug_enabled, one_line
 
 USER_ERRORS = (UserError, ValueError, FileNotFoundError, FileExistsError)  # exit status 2
@@ -87,7 +87,7 @@ def hydra_entry(task_fn, argv: list[str], prog: str, environment: bool = True) -
             apply_profile(cfg)  # profile=mini: a paper model runs as its shipped mini
             task_fn(cfg)
 
-    hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")(job)()
+    hydra.main(version_base=None, config_path=str(CONF_DIR), config_name=RUN_CONFIG)(job)()
 
 
 DRY_RUN_CELLS: list[tuple[str, str]] = []  # (experiment, cell key) listed by the jobs of a --dry-run
@@ -127,7 +127,13 @@ def dry_run_job(cfg, stats: bool = False) -> None:
     if reason:
         print(f"not a cell: {reason}")
         return
-    cells = planned_cells(cfg, stats=stats)
+    if cfg.task.name == "segmented_ppl":  # paper B: the training runs it needs, then its cells
+        from lengthx.core.perplexity import planned_runs
+
+        lines, cells = planned_runs(cfg)
+        print("\n".join(lines))
+    else:
+        cells = planned_cells(cfg, stats=stats)
     name = (cfg.get("experiment_info") or {}).get("name", "-")
     for cell in cells:
         print(f"cell {cell.key}  ({cell.setting.value} {cell.setting.unit})")
@@ -164,7 +170,7 @@ def sweep_jobs(overrides: list[str]) -> tuple[Any, list[list[str]]]:
     fixed = [o.input_line for o in parser.parse_overrides(overrides) if not o.is_sweep_override()]
     GlobalHydra.instance().clear()
     with initialize_config_dir(str(CONF_DIR), version_base=None):
-        cfg = compose("config", overrides=fixed, return_hydra_config=True)
+        cfg = compose(RUN_CONFIG, overrides=fixed, return_hydra_config=True)
     params = {str(k): str(v) for k, v in (cfg.hydra.sweeper.params or {}).items()}
     given = {ov.split("=", 1)[0] for ov in overrides if "=" in ov}
     sweep = [f"{k}={v}" for k, v in params.items() if k not in given] + overrides

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from lengthx.cli.common import experiment_jobs, print_plan
-from lengthx.config import CONF_DIR, check_overrides, choices
+from lengthx.config import CONF_DIR, RUN_CONFIG, check_overrides, choices
 from lengthx.errors import debug_enabled
 
 
@@ -30,7 +30,7 @@ def plan_command(argv: list[str]) -> None:
               f"({len(jobs)} jobs)")
         with initialize_config_dir(str(CONF_DIR), version_base=None):
             for job in jobs:
-                cfg = apply_profile(compose("config", overrides=job))
+                cfg = apply_profile(compose(RUN_CONFIG, overrides=job))
                 if experiment_skip_reason(cfg):
                     continue
                 for cell in planned_cells(cfg, stats=command == "stats"):

@@ -1,9 +1,11 @@
 """``lengthx train``: Hydra entry of paper B's continued pre-training (:mod:`lengthx.segmented.loop`).
 
-The training configs live in ``conf/train/`` (``config.yaml``, groups ``method/`` and ``profile/``); models
-are the shared ``conf/model/`` entries, registered into Hydra's ConfigStore as the ``model`` group, so
+The config is ``lengthx/conf/train.yaml``, composed from the same groups as ``lengthx run`` (``model``, the
+``kind: training`` entries of ``method``, ``data``, ``profile``), so
 ``lengthx train model=pythia-160m method=chunk-0.25 l_e_factor=4`` and ``model.path=DIR`` work as in
-``lengthx run``. Data-parallel:
+``lengthx run``. Every method but ``ootb`` starts from the model's OOTB run (paper B §4.3): train it first with
+``lengthx train model=… method=ootb`` (``lengthx run task=segmented_ppl task.run=…`` does so by itself).
+Data-parallel:
 
     accelerate launch --num_processes 4 -m lengthx.cli.train profile=paper model=gpt2 method=chunk-0.25
     accelerate launch --multi_gpu --num_processes 2 -m lengthx.cli.train model.path=DIR train.max_steps=4
@@ -17,69 +19,19 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from lengthx.cli.common import reported
-from lengthx.config import CONF_DIR, check_overrides, choices, register_resolvers
+from lengthx.config import CONF_DIR, TRAIN_CONFIG, check_overrides, choices, register_resolvers
 from lengthx.errors import UsageError
-from lengthx.models.minis import apply_profile
-
-TRAIN_CONF_DIR = CONF_DIR / "train"
-
-
-TRAIN_GROUPS = {
-    "model": CONF_DIR / "model",
-    "method": TRAIN_CONF_DIR / "method",
-    "profile": TRAIN_CONF_DIR / "profile",
-}
-
-
-TrainUsageError = UsageError  # a user mistake in ``lengthx train`` arguments, reported without a traceback
-
-
-def _choices(group: str) -> list[str]:
-    return choices(group, TRAIN_GROUPS)
-
-
-def check_train_overrides(argv: list[str]) -> None:
-    """Fail fast on unknown model / method / profile names, listing the valid ones."""
-    check_overrides(argv, TRAIN_GROUPS, command="train")
-
-
-@contextmanager
-def model_configs() -> Iterator[None]:
-    """``conf/model/*.yaml`` as the ``model`` group of the training config, for the duration of the block.
-
-    They are put into Hydra's (process-global) ConfigStore and taken out again afterwards, so a later
-    ``lengthx run`` composition in the same process sees only ``conf/model`` (no schema-matching clash).
-    """
-    from hydra.core.config_store import ConfigStore
-    from omegaconf import OmegaConf
-
-    cs = ConfigStore.instance()
-    had = "model" in cs.repo
-    for path in sorted((CONF_DIR / "model").glob("*.yaml")):
-        cs.store(group="model", name=path.stem, node=OmegaConf.load(path))
-    try:
-        yield
-    finally:
-        if not had:
-            cs.repo.pop("model", None)
+from lengthx.models.minis import apply_profile, compose_train
 
 
 def compose_train_config(overrides: list[str] | None = None) -> Any:
-    """The resolved-on-access training config for ``overrides`` (for tests and programmatic runs)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
+    """The training config for ``overrides`` after the same checks as the command line (tests, scripts)."""
     overrides = list(overrides or [])
-    check_train_overrides(overrides)
-    register_resolvers()
-    GlobalHydra.instance().clear()
-    with model_configs(), initialize_config_dir(config_dir=str(TRAIN_CONF_DIR), version_base=None):
-        return apply_profile(compose(config_name="config", overrides=overrides))
+    check_overrides(overrides, command="train")
+    return compose_train(overrides)
 
 
 def _train(cfg: Any) -> None:
@@ -99,19 +51,17 @@ def train_main(argv: list[str]) -> None:
 
     if argv and argv[0] in ("-h", "--help", "help"):
         print(__doc__)
-        print("methods:  " + ", ".join(_choices("method")))
-        print("profiles: " + ", ".join(_choices("profile")))
-        print("models:   " + ", ".join(_choices("model")))
+        for group in ("method", "data", "profile", "model"):
+            print(f"{group + ':':9} " + ", ".join(choices(group, "train")))
         return
     try:
-        check_train_overrides(argv)
-    except TrainUsageError as err:
+        check_overrides(argv, command="train")
+    except UsageError as err:
         print(f"lengthx: {err}", file=sys.stderr)
         sys.exit(2)
     register_resolvers()
     sys.argv = ["lengthx train", *argv]
-    with model_configs():
-        hydra.main(version_base=None, config_path=str(TRAIN_CONF_DIR), config_name="config")(_train)()
+    hydra.main(version_base=None, config_path=str(CONF_DIR), config_name=TRAIN_CONFIG)(_train)()
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 """Paper B's perplexity cells (Tables 2-5, Figures 2-3): ``lengthx run task=segmented_ppl``.
 
-:class:`PerplexityJob` scores one model (a stock model is ``ootb``; a ``lengthx train`` checkpoint carries
-its training label, ``@βL_t`` when trained to L_e = βL_t > L_t, or ``task.method_label``) at every length
-of the task through the one sweep loop, resuming from per-sequence records; an APE model is interpolated to
-each length first (:class:`lengthx.segmented.lengths.LengthState`). Paper B's OOTB models are the checkpoints
-after one epoch of domain adaptation (§4.3): ``lengthx train method=da label=ootb``.
+:class:`PerplexityJob` scores one model (the published checkpoint is ``pretrained``; a ``lengthx train``
+checkpoint carries its training label, ``@βL_t`` when trained to L_e = βL_t > L_t, or ``task.method_label``)
+at every length of the task through the one sweep loop, resuming from per-sequence records; an APE model is
+interpolated to each length first (:class:`lengthx.segmented.lengths.LengthState`).
+
+``task.run`` names a training run (``chunk-0.25-2x``); :func:`training_chain` is what it needs, in order: the
+OOTB run (one epoch of domain adaptation from the published checkpoint, paper B §4.3) and then the run itself,
+which starts from OOTB. Missing runs are trained first (``task.train_missing``).
 """
 
 from __future__ import annotations
@@ -12,13 +15,15 @@ from __future__ import annotations
 import json
 import logging
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import open_dict
+from omegaconf import OmegaConf, open_dict
 from tqdm.auto import tqdm
 
+from lengthx.config import CONF_DIR, choices
 from lengthx.core.cells import Cell, cell_hash
 from lengthx.core.store import ResultsStore, write_json
 from lengthx.core.sweep import row_fields, sweep
@@ -40,6 +45,91 @@ from lengthx.tasks.segmented_ppl import (
 )
 
 log = logging.getLogger("lengthx")
+
+
+@dataclass(frozen=True)
+class TrainStep:
+    """One ``lengthx train`` run a perplexity job depends on."""
+
+    run: str  # its directory name under runs/<profile>/<model>/, e.g. chunk-0.25-2x
+    overrides: tuple[str, ...]  # the ``lengthx train`` arguments that make it
+    start: str  # ootb or pretrained
+
+    @property
+    def command(self) -> str:
+        return "lengthx train " + " ".join(self.overrides)
+
+
+def parse_run(run: str) -> tuple[str, float]:
+    """``chunk-0.25-2x`` → (``chunk-0.25``, 2.0): a run directory's training label and β = L_e/L_t."""
+    label, _, factor = str(run).rpartition("-")
+    try:
+        beta = float(factor.removesuffix("x"))
+    except ValueError:
+        beta = 0.0
+    if not label or not factor.endswith("x") or beta < 1:
+        raise ValueError(f"task.run={run!r} is not a run name <method>-<β>x (ootb-1x, chunk-0.25-2x, da-1x)")
+    return label, beta
+
+
+def run_method_label(run: str) -> str:
+    """The method id a run's cells carry: its label, with ``@βL_t`` when trained beyond L_t."""
+    if run == segmented_plan.PRETRAINED:
+        return run
+    label, beta = parse_run(run)
+    return label if beta <= 1 else f"{label}@{factor_label(beta)}"
+
+
+def training_chain(cfg: Any) -> list[TrainStep]:
+    """The training runs ``task.run`` needs, in order (paper B §4.3: OOTB first, then the method from it)."""
+    run = cfg.task.get("run")
+    if not run or run == segmented_plan.PRETRAINED:
+        return []
+    label, beta = parse_run(str(run))
+    methods = choices("method", "train")
+    if label not in methods:
+        raise ValueError(f"task.run={run}: {label!r} is no training method; valid: {', '.join(methods)}")
+    start = str(OmegaConf.load(CONF_DIR / "method" / f"{label}.yaml").get("start") or segmented_plan.PRETRAINED)
+    base = (f"model={cfg.model.name}", f"profile={cfg.profile.name}", f"data={cfg.data.name}")
+    chain = [TrainStep(str(run), (*base, f"method={label}", f"l_e_factor={beta:g}"), start)]
+    if start == segmented_plan.OOTB:
+        chain.insert(0, TrainStep(f"{segmented_plan.OOTB}-1x", (*base, "method=ootb"), segmented_plan.PRETRAINED))
+    return chain
+
+
+def train_config(step: TrainStep, data: Any) -> Any:
+    """The ``lengthx train`` config of ``step``, on the evaluation's own ``data`` config (the same corpus)."""
+    from lengthx.models.minis import compose_train
+
+    cfg = compose_train(list(step.overrides))
+    with open_dict(cfg):
+        cfg.data = OmegaConf.create(OmegaConf.to_container(data, resolve=True))
+    return cfg
+
+
+def run_path(cfg: Any, run: str) -> Path:
+    """``runs/<profile>/<model>/<run>``: where ``lengthx train`` puts the run by default."""
+    return segmented_plan.RUNS_DIR / str(cfg.profile.name) / segmented_plan.run_owner(cfg.model) / run
+
+
+def is_trained(cfg: Any, step: TrainStep) -> bool:
+    """Whether ``step``'s run has its final export (a run trained by hand into that directory counts too: the
+    cells it scores are keyed by its weights and carry its own training label)."""
+    return (run_path(cfg, step.run) / "final" / segmented_plan.META_FILE).is_file()
+
+
+def train_chain(cfg: Any) -> None:
+    """Train every missing run of :func:`training_chain`, or (``task.train_missing=false``) say how."""
+    from lengthx.segmented.loop import train
+
+    for step in training_chain(cfg):
+        if is_trained(cfg, step):
+            continue
+        if not cfg.task.get("train_missing", True):
+            raise FileNotFoundError(f"task.run={cfg.task.run} needs the run {step.run}, which is not trained: "
+                                    f"`{step.command}` (or task.train_missing=true)")
+        log.info("task.run=%s needs %s: %s", cfg.task.run, step.run, step.command)
+        train(train_config(step, cfg.task.data))
 
 
 def score_cell(
@@ -99,12 +189,12 @@ def score_cell(
 
 
 def method_label(model_cfg: Any, l_t: int) -> str:
-    """``ootb`` for a stock model; a trained checkpoint's label, with ``@βL_t`` when L_e > L_t."""
+    """``pretrained`` for a published checkpoint; a trained one's label, with ``@βL_t`` when L_e > L_t."""
     from lengthx.segmented.plan import source_meta
 
     meta = source_meta(model_cfg)
     if not meta:
-        return "ootb"
+        return segmented_plan.PRETRAINED
     label = str(meta.get("label") or meta.get("method"))
     l_e = int(meta.get("l_e") or l_t)
     return label if l_e <= l_t else f"{label}@{factor_label(l_e / l_t)}"
@@ -135,15 +225,11 @@ class PerplexityJob:
         self.cfg, self.loaded = cfg, loaded
         self.store = ResultsStore(Path(cfg.results_dir))
         profile = str(cfg.profile.name)
-        if cfg.task.get("run"):  # a `lengthx train` run of this model, by its directory name
-            final = segmented_plan.RUNS_DIR / profile / str(cfg.model.name) / str(cfg.task.run) / "final"
-            if not (final / "config.json").is_file():
-                raise ValueError(
-                    f"task.run={cfg.task.run}: no finished training run at {final}; train it first "
-                    f"(lengthx train model={cfg.model.name} method=… l_e_factor=…) or pass model.path=DIR"
-                )
+        run = cfg.task.get("run")
+        if run and run != segmented_plan.PRETRAINED:  # a `lengthx train` run of this model, by its directory name
+            train_chain(cfg)
             with open_dict(cfg.model):
-                cfg.model.path = str(final)
+                cfg.model.path = str(run_path(cfg, str(run)) / "final")
         self.task = build_task(cfg.task, profile, int(cfg.model.l_tr))
         self.l_t = int(self.task.l_t)
         self.method = str(cfg.task.get("method_label") or method_label(cfg.model, self.l_t))
@@ -196,6 +282,15 @@ class PerplexityJob:
         hist.update({"model": str(self.cfg.model.name), "method": self.method, "l_t": self.l_t,
                      "fingerprint": self.fingerprint})
         write_json(hist_file, hist)
+
+
+def planned_runs(cfg: Any) -> tuple[list[str], list[Cell]]:
+    """A dry run of one segmented_ppl job: the training it needs (one line per run) and its cells."""
+    lines = [f"train {step.run} ({'done' if is_trained(cfg, step) else 'to train'}; starts from {step.start}): "
+             f"{step.command}" for step in training_chain(cfg)]
+    l_t = int(cfg.task.get("l_t") or cfg.model.l_tr)
+    label = cfg.task.get("method_label") or run_method_label(str(cfg.task.get("run") or segmented_plan.PRETRAINED))
+    return lines, [Cell(str(cfg.model.name), str(label), TASK_NAME, s) for s in resolve_settings(cfg.task, l_t)]
 
 
 def run_task(cfg: Any, loaded: Any = None) -> list[dict[str, Any]]:

@@ -1,13 +1,16 @@
 """Documents of the corpora (paper B §4.1; docs/design.md §5): arXiv ``scientific_papers`` (paper profile),
 the Python standard library's own source (the offline corpus of code: paper B's minis, paper A's offline
-code tasks), or any local text via ``data.files=``. Held-out files are chosen by a hash of their path
-(:mod:`lengthx.data.splits`).
+code tasks), any local text via ``data.files=`` (files, directories or globs), or a ``.tar.xz`` of text
+documents via ``data.archive=`` (the mini profile's prose, ``corpora/``). Held-out files are chosen by a hash of
+their path relative to the corpus root (:mod:`lengthx.data.splits`), so a split does not depend on where the
+corpus lies.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import sysconfig
 from functools import lru_cache
 from pathlib import Path
@@ -18,7 +21,7 @@ from lengthx.data.splits import in_split, is_test_document
 log = logging.getLogger("lengthx.train")
 
 
-SOURCES = ("stdlib", "files", "scientific_papers")
+SOURCES = ("stdlib", "files", "archive", "scientific_papers")
 
 
 def _doc_order(doc_id: str) -> str:
@@ -105,6 +108,29 @@ def stdlib_documents(
     return _documents_dataset(items)
 
 
+def expand_files(files: list[str]) -> tuple[Path, list[Path]]:
+    """(common root, sorted files) of ``data.files`` entries: files, directories (every ``*.txt`` below) or
+    glob patterns. A missing entry is an error naming it."""
+    import glob as globlib
+
+    paths: set[Path] = set()
+    for entry in files:
+        p = Path(entry).expanduser()
+        if p.is_dir():
+            found = [q for q in p.rglob("*.txt") if q.is_file()]
+        elif p.is_file():
+            found = [p]
+        else:
+            found = [Path(q) for q in globlib.glob(str(p), recursive=True) if Path(q).is_file()]
+        if not found:
+            raise FileNotFoundError(f"data.files: {entry} is no file, no directory with *.txt files and no glob "
+                                    "that matches a file; fix the path")
+        paths.update(q.resolve() for q in found)
+    ordered = sorted(paths)
+    root = Path(os.path.commonpath(ordered)) if len(ordered) > 1 else ordered[0].parent
+    return root, ordered
+
+
 def file_documents(
     files: list[str],
     split: str,
@@ -116,18 +142,16 @@ def file_documents(
     """Any local text, read with ``datasets.load_dataset("text", …)``.
 
     With ``sample_by=document`` each file is one document and files are split train/test by a hash of
-    their path; with ``line``/``paragraph`` the rows of the files are the documents, split by a hash of
-    (file, row). A single file as a single document cannot be split: pass several files, or
-    ``sample_by=paragraph``.
+    their path relative to the files' common root; with ``line``/``paragraph`` the rows of the files are the
+    documents, split by a hash of (relative path, row). A single file as a single document cannot be split:
+    pass several files, or ``sample_by=paragraph``.
     """
     from datasets import load_dataset
 
-    paths = sorted(str(Path(f).expanduser().resolve()) for f in files)
-    missing = [p for p in paths if not Path(p).is_file()]
-    if missing:
-        raise FileNotFoundError(f"data.files: no such file(s): {', '.join(missing)}")
+    root, paths = expand_files(files)
+    docs = [(p.relative_to(root).as_posix(), p) for p in paths]
     if sample_by == "document":
-        chosen = _select([(p, Path(p)) for p in paths], split, test_percent, max_docs)
+        chosen = _select(docs, split, test_percent, max_docs)
         if not chosen:
             return _documents_dataset([])
         ds = load_dataset(
@@ -139,12 +163,39 @@ def file_documents(
         )
         return _documents_dataset([(i, row["text"]) for (i, _), row in zip(chosen, ds, strict=True)])
     items = []
-    for p in paths:
-        ds = load_dataset("text", data_files=[p], sample_by=sample_by, split="train", cache_dir=cache_dir)
-        items += [(f"{p}#{n}", row["text"]) for n, row in enumerate(ds)]
+    for rel, p in docs:
+        ds = load_dataset("text", data_files=[str(p)], sample_by=sample_by, split="train", cache_dir=cache_dir)
+        items += [(f"{rel}#{n}", row["text"]) for n, row in enumerate(ds)]
     keep = [it for it in items if is_test_document(it[0], test_percent) == (split == "test")]
     keep.sort(key=lambda it: _doc_order(it[0]))
     return _documents_dataset(keep[:max_docs] if max_docs else keep)
+
+
+def cache_root(data_cfg: Any) -> Path:
+    """``data.cache_dir``, else ``$LENGTHX_CACHE``, else ``~/.cache/lengthx``."""
+    return Path(data_cfg.get("cache_dir") or os.environ.get("LENGTHX_CACHE") or "~/.cache/lengthx").expanduser()
+
+
+def extract_archive(archive: str | Path, cache: Path, sha256: str | None = None) -> Path:
+    """The directory the ``.tar.xz`` of documents is extracted to (once, keyed by the archive's sha256)."""
+    import tarfile
+
+    path = Path(archive).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"data.archive: {path} does not exist; run from the repository root, or pass "
+                                "data.archive=/absolute/path (corpora/README.md says how it is built)")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if sha256 and digest != sha256:
+        raise ValueError(f"data.archive: {path} has sha256 {digest}, not the pinned data.archive_sha256={sha256}")
+    out = cache / "corpora" / digest[:16]
+    if not (out / ".complete").is_file():
+        tmp = out.with_name(out.name + ".partial")
+        tmp.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(path, "r:xz") as tar:
+            tar.extractall(tmp, filter="data")
+        tmp.replace(out) if not out.exists() else None
+        (out / ".complete").write_text(digest)
+    return out
 
 
 def arxiv_documents(split: str, data_cfg: Any):
@@ -211,6 +262,12 @@ def load_documents(data_cfg: Any, split: str, profile: str = "mini"):
         return file_documents(
             files, split, test_percent, max_docs, data_cfg.get("sample_by") or "document", hf_cache
         )
+    if source == "archive":
+        if not data_cfg.get("archive"):
+            raise ValueError("data.source=archive needs data.archive=FILE.tar.xz")
+        root = extract_archive(data_cfg.archive, cache_root(data_cfg), data_cfg.get("archive_sha256"))
+        return file_documents([str(root)], split, test_percent, max_docs, data_cfg.get("sample_by") or "document",
+                              str(cache_root(data_cfg) / "hf"))
     return arxiv_documents(split, data_cfg)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from lengthx.data.corpora import load_documents, resolve_source
+from lengthx.data.corpora import cache_root, load_documents, resolve_source
 
 log = logging.getLogger("lengthx.train")
 
@@ -34,9 +34,7 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
 
 def _cache_root(data_cfg: Any) -> Path:
     explicit = data_cfg.get("cache_dir")
-    if explicit:
-        return Path(explicit).expanduser()
-    return Path(os.environ.get("LENGTHX_CACHE", Path.home() / ".cache" / "lengthx")) / "pieces"
+    return Path(explicit).expanduser() if explicit else cache_root(data_cfg) / "pieces"
 
 
 def piece_dataset(data_cfg: Any, tokenizer: Any, split: str, length: int, profile: str = "mini"):
@@ -53,6 +51,8 @@ def piece_dataset(data_cfg: Any, tokenizer: Any, split: str, length: int, profil
         for k, v in OmegaConf.to_container(OmegaConf.create(dict(data_cfg)), resolve=True).items()
         if k not in ("cache_dir", "num_proc")
     }
+    if source == "archive" and Path(str(data_cfg.archive)).expanduser().is_file():  # cache follows the archive's contents, not its path
+        keyed["archive"] = hashlib.sha256(Path(str(data_cfg.archive)).expanduser().read_bytes()).hexdigest()
     key = hashlib.sha256(
         json.dumps(
             [keyed, source, split, int(length), tokenizer_fingerprint(tokenizer)], sort_keys=True, default=str

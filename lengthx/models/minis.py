@@ -14,7 +14,7 @@ from typing import Any
 
 from omegaconf import OmegaConf, open_dict
 
-from lengthx.config import CONF_DIR, compose, register_resolvers
+from lengthx.config import CONF_DIR, TRAIN_CONFIG, compose, register_resolvers
 
 CONF_MODEL_DIR = CONF_DIR / "model"
 
@@ -59,3 +59,8 @@ def apply_profile(cfg: Any) -> Any:
 def compose_run(overrides: list[str]) -> Any:
     """The config of ``lengthx run <overrides>`` with the profile applied, as a run sees it."""
     return apply_profile(compose(overrides))
+
+
+def compose_train(overrides: list[str]) -> Any:
+    """The config of ``lengthx train <overrides>`` with the profile applied, as the training loop sees it."""
+    return apply_profile(compose(overrides, config_name=TRAIN_CONFIG))

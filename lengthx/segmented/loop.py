@@ -207,7 +207,7 @@ def _is_finished(spec: RunSpec, plan: TrainPlan) -> bool:
 def _plan_for(cfg: DictConfig, spec: RunSpec, pieces: int, world: int) -> TrainPlan:
     tc = cfg.train
     return make_plan(spec.method, spec.l_t, spec.l_e, pieces, int(tc.batch_size), int(tc.grad_accum), world,
-                     tc.get("epochs"), tc.get("max_steps"), float(tc.get("warmup_ratio", 0.01)),
+                     tc.get("epochs") or cfg.method.get("epochs"), tc.get("max_steps"), float(tc.get("warmup_ratio", 0.01)),
                      tc.get("warmup_steps"), float(tc.get("budget_fraction") or 1.0))
 
 
@@ -382,7 +382,7 @@ def main_summary(result: TrainResult) -> str:
     where = f"final model: {result.final_dir}" if result.final_dir else f"stopped at step {result.step}"
     resumed = f", resumed from step {result.resumed_from}" if result.resumed_from else ""
     return (
-        f"{result.plan.method}: {result.step}/{result.plan.steps} steps, {last.get('tokens', 0):,} tokens, "
+        f"{result.output_dir.name}: {result.step}/{result.plan.steps} steps, {last.get('tokens', 0):,} tokens, "
         f"loss {last.get('loss', float('nan')):.4f}{resumed}; {where}"
     )
 

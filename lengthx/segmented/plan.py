@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lengthx.segmented.models import check_family
 from lengthx.segmented.sampling import SegmentMethod
@@ -30,8 +30,13 @@ log = logging.getLogger("lengthx.train")
 META_FILE = "lengthx_train.json"
 
 
-# model keys that decide the weights a run starts from (display names and notes may change freely)
+# model keys that decide the weights a run starts from (display names and notes may change freely); a local
+# checkpoint is known by its path, so paper models that share a mini stand-in share its runs
 _HASHED_MODEL_KEYS = ("name", "hub_id", "path", "family", "l_tr", "revision")
+_LOCAL_MODEL_KEYS = ("path", "family", "l_tr")
+
+OOTB = "ootb"  # paper B §4.3: the domain-adapted checkpoint every other method starts from
+PRETRAINED = "pretrained"  # the published checkpoint itself (profile=mini: the shipped mini)
 
 
 # knobs that do not change what is trained (left out of the run's config hash)
@@ -172,9 +177,51 @@ class RunSpec:
     config: dict[str, Any] = field(default_factory=dict)
 
 
+def run_owner(model_cfg: Any) -> str:
+    """The model directory of its runs under ``runs/<profile>/``: the mini's name when a paper model runs as its
+    shipped stand-in (``gpt2`` and ``gpt2-xl`` both train mini-gpt2 in the mini profile), else the model's."""
+    mini, path = model_cfg.get("mini"), model_cfg.get("path")
+    if mini and path and Path(str(path)).name == str(mini) and Path(str(path)).parent.name == "checkpoints":
+        return str(mini)
+    return str(model_cfg.name)
+
+
+def start_point(cfg: DictConfig) -> str:
+    """Where a ``lengthx train`` run starts: ``start=`` or the method's ``start`` (``ootb`` unless it is OOTB)."""
+    start = str(cfg.get("start") or cfg.method.get("start") or PRETRAINED)
+    if start not in (OOTB, PRETRAINED):
+        raise ValueError(f"start={start!r}: valid starts are {OOTB} (the model's OOTB run) and {PRETRAINED}")
+    return start
+
+
+def ootb_dir(cfg: DictConfig) -> Path:
+    """The export of the model's OOTB run (``runs/<profile>/<model>/ootb-1x/final``)."""
+    profile = str(cfg.get("profile", {}).get("name", "mini"))
+    return run_dir(profile, run_owner(cfg.model), OOTB, 1) / "final"
+
+
+def _start_from_ootb(cfg: DictConfig) -> None:
+    """Point ``model.path`` at the OOTB export (paper B §4.3) or say how to make it."""
+    final = ootb_dir(cfg)
+    if not (final / META_FILE).is_file():
+        alpha = cfg.get("alpha") or cfg.method.get("alpha")
+        name = cfg.method.get("label") or (f"{cfg.method.name}-{alpha:g}" if alpha else cfg.method.name)
+        raise FileNotFoundError(
+            f"method={name} starts from model {cfg.model.name}'s OOTB run "
+            f"(paper B §4.3), but {final} does not exist: run `lengthx train model={cfg.model.name} method=ootb` "
+            f"first (or pass start={PRETRAINED} to start from the published checkpoint)")
+    with open_dict(cfg):
+        cfg.model.path = str(final)
+
+
 def resolve_run(cfg: DictConfig) -> RunSpec:
-    """Method, lengths, label, output directory and config hash of a ``lengthx train`` config."""
+    """Method, lengths, label, output directory and config hash of a ``lengthx train`` config.
+
+    A run that starts from the OOTB model has ``model.path`` set to that export here."""
     check_family(str(cfg.model.family))
+    owner = run_owner(cfg.model)
+    if start_point(cfg) == OOTB:
+        _start_from_ootb(cfg)
     alpha = cfg.get("alpha")
     if alpha is None:
         alpha = cfg.method.get("alpha")
@@ -191,14 +238,16 @@ def resolve_run(cfg: DictConfig) -> RunSpec:
         raise ValueError(f"{method.name} extends the context: L_e={l_e} must exceed L_t={l_t}")
     if method.segmented:  # validate α against L_t and L_e before anything is loaded
         method.sample(l_e, l_t, torch.Generator().manual_seed(0))
-    label = str(cfg.get("label") or method.name)
+    label = str(cfg.get("label") or cfg.method.get("label") or method.name)
     container = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(container, dict)
     train_cfg = {k: v for k, v in container.get("train", {}).items() if k not in _UNHASHED_TRAIN_KEYS}
-    model_part = {k: v for k, v in container["model"].items() if k in _HASHED_MODEL_KEYS}
+    keys = _LOCAL_MODEL_KEYS if container["model"].get("path") else _HASHED_MODEL_KEYS
+    model_part = {k: v for k, v in container["model"].items() if k in keys}
     relevant = {
         "model": model_part,
         "method": method.name,
+        "epochs": cfg.method.get("epochs"),
         "l_t": l_t,
         "l_e": l_e,
         "data": {k: v for k, v in container.get("data", {}).items() if k not in ("cache_dir", "num_proc")},
@@ -207,7 +256,7 @@ def resolve_run(cfg: DictConfig) -> RunSpec:
         "profile": container.get("profile", {}).get("name", "mini"),
     }
     chash = hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    out = cfg.train.get("output_dir") or run_dir(str(relevant["profile"]), str(cfg.model.name), label, l_e / l_t)
+    out = cfg.train.get("output_dir") or run_dir(str(relevant["profile"]), owner, label, l_e / l_t)
     return RunSpec(method, label, l_t, l_e, Path(out), chash, relevant)
 
 

@@ -60,16 +60,19 @@ def figure3_medians(attention_dir: Path, out: Path, save) -> list[Path]:
     by_model: dict[str, list[dict]] = {}
     for h in hists:
         by_model.setdefault(h["model"], []).append(h)
-    models = sorted(m for m, hs in by_model.items() if len(hs) >= 2 and any(h["method"] == "ootb" for h in hs))
+    baseline = {m: next((b for b in ("ootb", "pretrained") if any(h["method"] == b for h in hs)), None)
+                for m, hs in by_model.items()}  # OOTB (paper B §4.3), else the published checkpoint
+    models = sorted(m for m, hs in by_model.items() if len(hs) >= 2 and baseline[m])
     if not models:
         return []
     fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.3), squeeze=False)
     for ax, model in zip(axes[0], models, strict=True):
-        hs = sorted(by_model[model], key=lambda h: (h["method"] != "ootb", h["method"]))
+        hs = sorted(by_model[model], key=lambda h: (h["method"] != baseline[model], h["method"]))
         for i, h in enumerate(hs):
             edges = np.asarray(h["log10_edges"])
             counts = np.asarray(h["counts"], dtype=float)
-            label = f"{'OOTB' if h['method'] == 'ootb' else h['method']} (median {h['median']:.1e})"
+            name = {"ootb": "OOTB", "pretrained": "pre-trained"}.get(h["method"], h["method"])
+            label = f"{name} (median {h['median']:.1e})"
             ax.stairs(counts / counts.sum(), edges, color=f"C{i}", label=label, lw=1.3)
         ax.axvline(np.log10(hs[0]["uniform_median"]), color="grey", ls=":", lw=1, label="uniform 1/(q+1)")
         ax.set_xlabel(r"$\log_{10}$ median attention weight (queries past $L_t$)")

@@ -11,7 +11,7 @@ METHOD_LABELS = {"pmax": r"w/ $P_{\max}$", "entropy": "w/ $H$", "log": r"w/ $\lo
                  "entropy-per-layer": "w/ $H$ (per layer; layer mean)",
                  "pmax-per-layer-bisect": r"w/ $P_{\max}$ (per layer, bisection; layer mean)",
                  "entropy-per-layer-bisect": "w/ $H$ (per layer, bisection; layer mean)",
-                 "ootb": "OOTB", "full": "full", "da": "DA"}
+                 "pretrained": "pre-trained", "ootb": "OOTB", "full": "full", "da": "DA"}
 
 
 PAPER_ROW_METHODS = {r"w/ P_{\max}": "pmax", "w/ P_{max}": "pmax", "w/ Max.": "pmax", "w/ H": "entropy",
