@@ -92,6 +92,9 @@ $(LX) run -m experiment=sb_table4 profile=$(1) $(2)
 $(LX) run -m experiment=sb_table5 profile=$(1) $(2)
 endef
 
+# The reproductions write the committed results (results/mini, results/paper); everything else writes results/local.
+reproduce-mini-a reproduce-mini-b reproduce-mini reproduce-all tables: export LENGTHX_RESULTS := results
+
 reproduce-mini-a: install
 	$(AA_MINI_RECIPE)
 

@@ -49,6 +49,15 @@ def test_paper_profile_keeps_the_hub_model():
     assert cfg.model.path is None and cfg.model.l_tr == 1024 and cfg.model.hub_id == "gpt2"
 
 
+def test_paper_profile_names_its_model():
+    """profile=paper no longer swaps the default model for a paper model: a shipped mini there is a usage error."""
+    from lengthx.errors import UsageError
+
+    with pytest.raises(UsageError, match="profile=paper runs the papers' models.*model=flan-t5-xl"):
+        apply_profile(compose_run("profile=paper"))
+    assert apply_profile(compose_run("profile=paper", "model=flan-t5-xl")).model.hub_id == "google/flan-t5-xl"
+
+
 def test_train_config_maps_too():
     from lengthx.cli.train import compose_train_config
 

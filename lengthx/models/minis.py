@@ -15,6 +15,7 @@ from typing import Any
 from omegaconf import OmegaConf, open_dict
 
 from lengthx.config import CONF_DIR, TRAIN_CONFIG, compose, register_resolvers
+from lengthx.errors import UsageError
 
 CONF_MODEL_DIR = CONF_DIR / "model"
 
@@ -39,6 +40,9 @@ def apply_profile(cfg: Any) -> Any:
     profile = cfg.get("profile")
     name = profile.get("name") if profile is not None else None
     model = cfg.get("model")
+    if name == "paper" and model is not None and model.get("trained_by"):
+        raise UsageError(f"profile=paper runs the papers' models, and model={model.name} is a shipped mini: name "
+                         "one (model=flan-t5-xl, model=gpt2, … see `lengthx ls`), or run the mini with profile=mini")
     if name != "mini" or model is None or model.get("path") or not model.get("mini"):
         return cfg
     mini = mini_config(str(model.mini))
