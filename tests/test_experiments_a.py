@@ -197,6 +197,19 @@ def test_missing_cells_are_listed():
     assert [c.strip() for c in row[12:18]] == ["100", "", "", "", "90", ""]  # Avg. empty: not every cell ran
 
 
+def test_missing_cells_are_listed_with_the_markdown_labels():
+    """The list printed after a Markdown table names rows as that table does; LaTeX stays in the .tex."""
+    from lengthx.report.tables.paper_a import TABLE1
+    from lengthx.report.tables.render import render
+
+    df = pd.DataFrame(_rows("mini-t5", "passkey", "attn_pmax", {"L_tr": 0.31, "55k": 0.12}, method="stats"))
+    out = render(TABLE1, df)
+    entropy = [m for m in out.missing if m.startswith("mini-t5 / H / passkey: ")]
+    assert entropy and "| H |" in out.markdown and "$H$" in out.latex
+    assert any(m.startswith("mini-t5 / P_{max} / topics: ") for m in out.missing)
+    assert not [m for m in out.missing if "$" in m or "\\" in m], out.missing
+
+
 def test_compare_paper_sets_a_stand_in_beside_its_reference():
     from lengthx.report.tables.render import render
 

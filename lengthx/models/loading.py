@@ -162,7 +162,7 @@ def from_source(name: str, hub_id: str | None, path: str | None, loader: Any, **
     raise ModelNotAvailable(
         f"model '{name}' (hub id {hub_id}) is not available: the Hugging Face hub is unreachable or does not "
         f"have it, and it is not in the local cache. Download it on a machine with hub access "
-        f"(huggingface-cli download {hub_id}) and copy the cache, or pass model.path=/dir/with/{name}."
+        f"(hf download {hub_id}) and copy the cache, or pass model.path=/dir/with/{name}."
     )
 
 

@@ -153,8 +153,9 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
             for task in dict.fromkeys(c.task for c in spec.columns):
                 gaps = [c.title for c, v in zip(spec.columns, vals, strict=True)
                         if v is None and c.task == task and not c.average_of]
-                if gaps:
-                    missing.append(f"{model} / {row.label if row else method} / {task}: {', '.join(gaps)}")
+                if gaps:  # printed beside the Markdown: a row's label as the Markdown table shows it
+                    shown = markdown_label(row.label) if row else method
+                    missing.append(f"{model} / {shown} / {task}: {', '.join(gaps)}")
             if spec.avg:
                 vals.append(sum(vals) / len(vals) if all(v is not None for v in vals) else None)
             values_by_method[method] = vals
@@ -280,6 +281,11 @@ def _markdown(spec: TableSpec, groups, headers, body) -> str:
     lines = [f"**{spec.title}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, cells, is_model in body:
         name = f"**{label}**" if is_model else label
-        plain = name.replace("$", "").replace("\\", "")
-        lines.append("| " + " | ".join([plain, *cells]) + " |")
+        lines.append("| " + " | ".join([markdown_label(name), *cells]) + " |")
     return "\n".join(lines) + "\n"
+
+
+def markdown_label(label: str) -> str:
+    r"""A row label for Markdown and the terminal: the LaTeX math of the .tex label (``w/ $P_{\max}$``) as
+    plain text (``w/ P_{max}``)."""
+    return label.replace("$", "").replace("\\", "")
