@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from lengthx.config import PACKAGE_DIR
+from lengthx.config import CONF_DIR, PACKAGE_DIR
 from lengthx.core.cells import cell_hash, planned_cells
 from lengthx.core.runner import Runner
 from lengthx.core.store import ResultsStore
@@ -224,7 +224,8 @@ def test_a_clone_at_another_path_finds_the_committed_cells_done(tmp_path):
     reports them done and writes nothing, Figure 3's attention data included."""
     clone = tmp_path / "clone"
     skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".hydra", ".results.lock")
-    for folder in ("lengthx", "conf", "results/mini"):
+    conf = [] if CONF_DIR.is_relative_to(ROOT / "lengthx") else [CONF_DIR.relative_to(ROOT)]  # conf/ or in the package
+    for folder in (Path("lengthx"), *conf, Path("results/mini")):
         shutil.copytree(ROOT / folder, clone / folder, ignore=skip)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(clone), "OMP_NUM_THREADS": "1"}
     where = subprocess.run([sys.executable, "-c", "import lengthx; print(lengthx.__file__)"], cwd=clone, env=env,
