@@ -106,6 +106,25 @@ def test_the_checkpoint_content_still_decides_the_hash(tmp_path):
     assert not set(_hashes(TABLE3_PMAX, moved).values()) & set(base.values())
 
 
+def test_paths_inside_the_checkout_enter_by_their_place_in_it(monkeypatch):
+    """Data shipped with the repository (``${lengthx_repo:…}``, ``${lengthx_pkg:…}``) hashes the same from every
+    clone; a path outside the checkout is the user's own data and enters as given."""
+    import lengthx.core.cells as cells
+
+    cfg = compose_run(TABLE3_PMAX)
+    setting = planned_cells(cfg)[0].setting
+    hashes = []
+    for root in ("/clone/a", "/elsewhere/b"):
+        monkeypatch.setattr(cells, "CHECKOUT_DIR", Path(root))
+        with open_dict(cfg):
+            cfg.task.text_path = f"{root}/corpora/prose.txt"
+        hashes.append(cells.config_hash(cfg, setting))
+    assert hashes[0] == hashes[1]
+    with open_dict(cfg):
+        cfg.task.text_path = "/data/corpora/prose.txt"  # the same file name, outside the checkout
+    assert cells.config_hash(cfg, setting) != hashes[0]
+
+
 def test_the_calibration_cache_key_holds_no_path(tmp_path):
     cell = planned_cells(compose_run(TABLE3_PMAX))[0]
     here = Runner(compose_run(TABLE3_PMAX)).calibration_path(cell)

@@ -17,6 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from lengthx.config import PACKAGE_DIR
 from lengthx.models.loading import model_fingerprint
 from lengthx.tasks import Setting, resolve_settings
 
@@ -70,12 +71,28 @@ def model_identity(model_cfg: Any) -> dict[str, Any]:
     :data:`MODEL_UNHASHED_KEYS`."""
     container = OmegaConf.to_container(model_cfg, resolve=True) if isinstance(model_cfg, DictConfig) \
         else dict(model_cfg)
-    return {k: v for k, v in container.items() if k not in MODEL_UNHASHED_KEYS}
+    return portable({k: v for k, v in container.items() if k not in MODEL_UNHASHED_KEYS})
+
+
+# where this checkout (or, installed, site-packages) lies: a path below it enters a hash by its place in it
+CHECKOUT_DIR = PACKAGE_DIR.parent
+
+
+def portable(value: Any) -> Any:
+    """``value`` with every string that is a path below :data:`CHECKOUT_DIR` written relative to it
+    (``<checkout>/lengthx/…``), in lists and dicts too: data shipped with the repository or the package enters
+    a hash the same from every clone. Other paths stay as they are."""
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [portable(v) for v in value]
+    root = f"{CHECKOUT_DIR}/"
+    return f"<checkout>/{value[len(root):]}" if isinstance(value, str) and value.startswith(root) else value
 
 
 def config_hash(cfg: DictConfig, setting: Setting) -> str:
     """Hash of everything in the config that decides a cell's numbers (not the results directory, the device,
-    or where the checkpoint lies)."""
+    where the checkpoint lies, or where the checkout lies: :func:`portable`)."""
     relevant = {
         "model": model_identity(cfg.model),
         "method": OmegaConf.to_container(cfg.method, resolve=True),
@@ -86,7 +103,7 @@ def config_hash(cfg: DictConfig, setting: Setting) -> str:
         "calibration": OmegaConf.to_container(cfg.calibration, resolve=True)
         if cfg.method.name in ("pmax", "entropy", "prop1", "prop2") else None,
     }
-    return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return hashlib.sha256(json.dumps(portable(relevant), sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def cell_hash(cfg: DictConfig, setting: Setting, fingerprint: str | None = None) -> str:
