@@ -197,6 +197,19 @@ def test_missing_cells_are_listed():
     assert [c.strip() for c in row[12:18]] == ["100", "", "", "", "90", ""]  # Avg. empty: not every cell ran
 
 
+def test_missing_cells_are_listed_with_the_markdown_labels():
+    """The list printed after a Markdown table names rows as that table does; LaTeX stays in the .tex."""
+    from lengthx.report.tables.paper_a import TABLE1
+    from lengthx.report.tables.render import render
+
+    df = pd.DataFrame(_rows("mini-t5", "passkey", "attn_pmax", {"L_tr": 0.31, "55k": 0.12}, method="stats"))
+    out = render(TABLE1, df)
+    entropy = [m for m in out.missing if m.startswith("mini-t5 / H / passkey: ")]
+    assert entropy and "| H |" in out.markdown and "$H$" in out.latex
+    assert any(m.startswith("mini-t5 / P_{max} / topics: ") for m in out.missing)
+    assert not [m for m in out.missing if "$" in m or "\\" in m], out.missing
+
+
 def test_compare_paper_sets_a_stand_in_beside_its_reference():
     from lengthx.report.tables.render import render
 
@@ -212,19 +225,33 @@ def test_compare_paper_sets_a_stand_in_beside_its_reference():
 
 
 def test_published_tables_ship_inside_the_package(monkeypatch, tmp_path):
-    """--compare-paper and plan read the papers' numbers from package data, from any clone or install."""
-    import importlib
-
+    """--compare-paper and plan read the papers' numbers from package data, from any clone or install; a table
+    missing there is an error naming it, for the renderer and for plan's counts alike."""
     import lengthx
-    from lengthx.report.tables import TABLES
+    from lengthx.report.tables import TABLES, published
+    from lengthx.report.tables.cells import published_cell_count
+    from lengthx.report.tables.render import read_paper_table
 
-    render_module = importlib.import_module("lengthx.report.tables.render")
-
-    assert render_module.PAPER_DIR.resolve().is_relative_to(Path(lengthx.__file__).resolve().parent)
+    assert Path(str(published.PAPER_DIR)).resolve().is_relative_to(Path(lengthx.__file__).resolve().parent)
     for spec in TABLES.values():
         if spec.paper_csv:
-            assert (render_module.PAPER_DIR / spec.paper_csv).is_file(), spec.id
-            assert render_module.read_paper_table(spec), spec.id
-    monkeypatch.setattr(render_module, "PAPER_DIR", tmp_path)  # a broken install: an error, never a silent caption
-    with pytest.raises(FileNotFoundError, match="LENGTHX_PAPER_DIR"):
-        render_module.read_paper_table(TABLE3)
+            assert published.published_file(spec.paper_csv).is_file(), spec.id
+            assert read_paper_table(spec) and published_cell_count(spec), spec.id
+    monkeypatch.setattr(published, "PAPER_DIR", tmp_path)  # a broken install: an error, never a silent caption
+    for read in (read_paper_table, published_cell_count):
+        with pytest.raises(FileNotFoundError, match="attention-alignment-tables/table3.csv"):
+            read(TABLE3)
+
+
+def test_compare_paper_reads_the_package_whatever_the_environment(tmp_path):
+    """No environment variable or sibling folder decides which published numbers a table shows."""
+    res = tmp_path / "res"
+    rows = [{**r, "cell": f"mini-t5|none|lm|{r['setting']}", "config_hash": "h"}
+            for r in _rows("mini-t5", "lm", "perplexity", {"1024": 12.34})]
+    assert ResultsStore(res).append_rows(rows, rows[0]["cell"], "h")
+    (tmp_path / "elsewhere").mkdir()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "LENGTHX_PAPER_DIR": str(tmp_path / "elsewhere")}
+    p = subprocess.run([*LENGTHX, "tables", "--compare-paper", "--results-dir", str(res), "--format", "markdown"],
+                       capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "12.3 (28.3)" in (res / "tables" / "aa_table3_vs_paper.md").read_text()

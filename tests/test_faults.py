@@ -273,33 +273,6 @@ def test_two_lengths_never_share_a_cell_key():
     assert lines[0].key not in {c.key for c in planned_cells(compose_run(["task=lines"]))}  # 200 lines ≠ 200 tokens
 
 
-# cell hashes of a task's own settings, computed by the code that wrote results/ (pinned: results depend on them)
-PINNED = {
-    "mini": {"mini-t5|none|passkey|20k": (2702, "60bc2379025d"), "mini-t5|none|passkey|55k": (7432, "15520e22d184")},
-    "paper": {"mini-t5|none|passkey|20k": (20000, "579432b368d6"), "mini-t5|none|passkey|55k": (55000, "2d2cd2d84ab2")},
-}
-
-
-@pytest.mark.parametrize("profile", list(PINNED))
-def test_default_settings_keep_their_cell_keys_and_hashes(profile):
-    """Committed cells stay done: a task's own settings keep the keys and hashes they had when results/ was
-    written (a fixed config here, so that neither conf/ nor the checkout's location enters the hash)."""
-    from omegaconf import OmegaConf
-
-    from lengthx.core.cells import cell_hash, planned_cells
-
-    cfg = OmegaConf.create({
-        "model": {"name": "mini-t5", "path": "/checkout/lengthx/checkpoints/mini-t5", "family": "t5", "l_tr": 256},
-        "method": {"name": "none", "scope": "encoder"},
-        "task": {"name": "passkey", "paper": "A", "table": "4", "seed": 0, "num_examples": None, "settings": None,
-                 "only": None, "unit": "tokens", "labels": ["20k", "55k"], "paper_unit": "chars",
-                 "paper_settings": [20000, 55000], "paper_l_tr": 512, "paper_l_ex": [5405, 14865]},
-        "profile": {"name": profile}, "dtype": "auto", "calibration": {"num_examples": 2},
-    })
-    got = {c.key: (c.setting.value, cell_hash(cfg, c.setting, "w")) for c in planned_cells(cfg)}
-    assert got == PINNED[profile]
-
-
 # ---- overrides -----------------------------------------------------------------------------------------------
 BAD_OVERRIDES = {
     "tau-nan": (["method=fixed", "method.tau=nan"], "method.tau"),

@@ -1,5 +1,7 @@
 """Model loading: local directories, eval mode, the temperature-capable attention, clear errors."""
 
+import re
+
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -25,6 +27,19 @@ def test_missing_path_and_absent_hub_model(tmp_path, monkeypatch):
                                "l_tr": 8})
     with pytest.raises(ModelNotAvailable, match=r"'ghost' \(hub id nobody/ghost-t5\).*model.path="):
         load_model(absent, device="cpu")
+
+
+def test_absent_hub_model_suggests_the_download_command_huggingface_hub_ships(monkeypatch):
+    from importlib.metadata import distribution
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    shipped = {ep.name for ep in distribution("huggingface_hub").entry_points if ep.group == "console_scripts"}
+    absent = OmegaConf.create({"name": "ghost", "hub_id": "nobody/ghost-t5", "path": None, "family": "t5",
+                               "l_tr": 8})
+    with pytest.raises(ModelNotAvailable) as err:
+        load_model(absent, device="cpu")
+    suggested = re.search(r"\((\S+) download nobody/ghost-t5\)", str(err.value))
+    assert suggested and suggested.group(1) in shipped, (str(err.value), shipped)
 
 
 def test_device_auto_on_cpu_machine():

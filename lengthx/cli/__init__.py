@@ -55,10 +55,18 @@ def _ls() -> None:
 
 
 def _first_comment(path: Path) -> str:
-    for line in path.read_text().splitlines():
-        if line.startswith("#") and not line.startswith("# @package"):
-            return line.lstrip("# ").strip()
-    return ""
+    """The whole leading comment paragraph of a config file (its description), joined into one line: the
+    comment lines after an optional ``# @package`` line, up to a blank, indented (a usage example) or non-comment
+    line."""
+    lines: list[str] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# @package") and not lines:
+            continue
+        text = line[1:] if line.startswith("#") else None
+        if text is None or not text.strip() or text.startswith(("  ", "\t")):
+            break
+        lines.append(text.strip())
+    return " ".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:

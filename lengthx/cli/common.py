@@ -144,7 +144,7 @@ def print_plan(cells: list[tuple[str, str]], overrides: list[str]) -> None:
     """Cells per paper table, beside the number of cells of the published table."""
     from lengthx.report.tables import TABLES
     from lengthx.report.tables.cells import filled_cells, published_cell_count
-    from lengthx.report.tables.render import PAPER_DIR
+    from lengthx.report.tables.published import PAPER_DIR
 
     runs = [tuple(key.split("|")) for _, key in cells]
     print(f"\n{len(set(runs))} distinct cells listed ({' '.join(overrides)})")
@@ -152,7 +152,7 @@ def print_plan(cells: list[tuple[str, str]], overrides: list[str]) -> None:
     for spec in TABLES.values():
         filled = filled_cells(spec, runs)
         if filled:
-            pub = published_cell_count(spec, PAPER_DIR)
+            pub = published_cell_count(spec)
             print(f"  {spec.id:16s} {len(filled):4d} / {'?' if pub is None else pub}")
 
 

@@ -24,10 +24,12 @@ def figures_main(argv: list[str]) -> None:
     out = Path(args.out or root / "figures")
     df = latest_ok(ResultsStore(root).read())
     written: list[Path] = []
+    biases: set[str] = set()  # models whose Figure 1 is drawn (one per model, from its first task's side file)
     for side_path in sorted((root / "stats").glob("*.json")):
         model, task = side_path.stem.split("__", 1)
         side = json.loads(side_path.read_text())
-        if "bias" in side and not any("fig1_bias_" + model in str(w) for w in written):
+        if "bias" in side and model not in biases:
+            biases.add(model)
             written += figure1_bias(side, model, out)
         written += figure2_qq(side, model, task, out)
     if not df.empty:

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from lengthx.core.store import ResultsStore
-from lengthx.report.tables.render import PAPER_DIR, render
+from lengthx.report.tables.published import PAPER_DIR
+from lengthx.report.tables.render import render
 
 
 def tables_main(argv: list[str]) -> None:
@@ -25,8 +26,8 @@ def tables_main(argv: list[str]) -> None:
     store = ResultsStore(Path(args.results_dir))
     df = store.read()
     if args.compare_paper and not PAPER_DIR.is_dir():
-        print(f"lengthx tables --compare-paper: the published tables are not at {PAPER_DIR}; reinstall lengthx "
-              f"or point LENGTHX_PAPER_DIR at a copy of lengthx/published", file=sys.stderr)
+        print(f"lengthx tables --compare-paper: the published tables are not at {PAPER_DIR}: this lengthx install "
+              "is incomplete; reinstall it (pip install lengthx, or pip install -e . in a clone)", file=sys.stderr)
         raise SystemExit(2)
     if df.empty:
         print(f"no results in {store.csv_path}; run e.g. 'lengthx run task=passkey method=none' first")

@@ -1,5 +1,10 @@
 """Cells, the unit of every result (docs/design.md §1, §7): (model, method, task, setting), and the hash
 that says whether a stored cell is this one (config and weights).
+
+A hash holds what decides a cell's numbers and nothing about where they were computed: the model enters by
+its config without ``path`` (and without the prose that only labels it), its checkpoint by content
+(:func:`lengthx.models.loading.model_fingerprint`). A clone of the repository at any path, or an install,
+finds the committed cells done.
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from lengthx.models.loading import weights_fingerprint
+from lengthx.config import PACKAGE_DIR
+from lengthx.models.loading import model_fingerprint
 from lengthx.tasks import Setting, resolve_settings
 
 log = logging.getLogger("lengthx")
@@ -53,27 +59,62 @@ def method_id(method_cfg: Any) -> str:
     return name
 
 
+# model keys that say where a checkpoint lies or how the model is labelled, not what it computes: the checkpoint
+# itself enters a cell's hash by content (model_fingerprint)
+MODEL_UNHASHED_KEYS = ("path", "description", "display", "paper_role", "paper_b_role", "trained_by")
+# task keys that pick settings (a cell is one setting) or describe the task
+TASK_UNHASHED_KEYS = ("settings", "only", "description")
+
+
+def model_identity(model_cfg: Any) -> dict[str, Any]:
+    """The model as it enters a cell's hash and Algorithm 1's cache key: its resolved config without
+    :data:`MODEL_UNHASHED_KEYS`."""
+    container = OmegaConf.to_container(model_cfg, resolve=True) if isinstance(model_cfg, DictConfig) \
+        else dict(model_cfg)
+    return portable({k: v for k, v in container.items() if k not in MODEL_UNHASHED_KEYS})
+
+
+# where this checkout (or, installed, site-packages) lies: a path below it enters a hash by its place in it
+CHECKOUT_DIR = PACKAGE_DIR.parent
+
+
+def portable(value: Any) -> Any:
+    """``value`` with every string that is a path below :data:`CHECKOUT_DIR` written relative to it
+    (``<checkout>/lengthx/…``), in lists and dicts too: data shipped with the repository or the package enters
+    a hash the same from every clone. Other paths stay as they are."""
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [portable(v) for v in value]
+    root = f"{CHECKOUT_DIR}/"
+    return f"<checkout>/{value[len(root):]}" if isinstance(value, str) and value.startswith(root) else value
+
+
 def config_hash(cfg: DictConfig, setting: Setting) -> str:
-    """Hash of everything that decides a cell's numbers (not the results directory or device)."""
+    """Hash of everything in the config that decides a cell's numbers (not the results directory, the device,
+    where the checkpoint lies, or where the checkout lies: :func:`portable`)."""
     relevant = {
-        "model": OmegaConf.to_container(cfg.model, resolve=True),
+        "model": model_identity(cfg.model),
         "method": OmegaConf.to_container(cfg.method, resolve=True),
-        "task": {k: v for k, v in OmegaConf.to_container(cfg.task, resolve=True).items() if k not in ("settings", "only")},
+        "task": {k: v for k, v in OmegaConf.to_container(cfg.task, resolve=True).items()
+                 if k not in TASK_UNHASHED_KEYS},
         "setting": [setting.label, setting.value, setting.unit],
         "dtype": cfg.dtype,
         "calibration": OmegaConf.to_container(cfg.calibration, resolve=True)
         if cfg.method.name in ("pmax", "entropy", "prop1", "prop2") else None,
     }
-    return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return hashlib.sha256(json.dumps(portable(relevant), sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def cell_hash(cfg: DictConfig, setting: Setting, fingerprint: str | None = None) -> str:
-    """A cell's identity in results.csv and its records: :func:`config_hash` and the weights it scored.
+    """A cell's identity in results.csv and its records: :func:`config_hash` and the checkpoint it scored.
 
-    ``fingerprint`` defaults to the weights at ``model.path``, so a checkpoint retrained at the same path
-    starts its cells afresh instead of counting its predecessor's as done."""
+    ``fingerprint`` defaults to the content of the checkpoint at ``model.path``
+    (:func:`lengthx.models.loading.model_fingerprint`), so a checkpoint retrained at the same path starts its
+    cells afresh instead of counting its predecessor's as done, and the same checkpoint at another path counts
+    them done."""
     if fingerprint is None:
-        fingerprint = weights_fingerprint(cfg.model.get("path"))
+        fingerprint = model_fingerprint(cfg.model.get("path"))
     return hashlib.sha256(f"{config_hash(cfg, setting)}|{fingerprint}".encode()).hexdigest()[:12]
 
 

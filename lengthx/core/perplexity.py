@@ -201,13 +201,14 @@ def method_label(model_cfg: Any, l_t: int) -> str:
 
 
 def checkpoint_fingerprint(model_cfg: Any) -> str:
-    """What identifies the scored weights: the training run's hash and steps, and the weight files themselves."""
-    from lengthx.models.loading import weights_fingerprint
+    """What identifies the scored checkpoint: the training run's hash and steps, and the checkpoint's content
+    (:func:`lengthx.models.loading.model_fingerprint`, never its path)."""
+    from lengthx.models.loading import model_fingerprint
     from lengthx.segmented.plan import source_meta
 
     meta = source_meta(model_cfg)
     run = f"{meta.get('config_hash', '')}:{meta.get('steps', '')}" if meta else ""
-    return f"{run}:{weights_fingerprint(model_cfg.get('path'))}"
+    return f"{run}:{model_fingerprint(model_cfg.get('path'))}"
 
 
 class PerplexityJob:

@@ -15,13 +15,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from lengthx.alignment.algorithm1 import calibrate, calibrate_per_layer
 from lengthx.alignment.propositions import closed_form_temperature, log_temperature
 from lengthx.attention.temperature import clear_temperature, set_temperature
-from lengthx.core.cells import RUNNABLE_METHODS, Cell, cell_hash, method_id
+from lengthx.core.cells import RUNNABLE_METHODS, Cell, cell_hash, method_id, model_identity
 from lengthx.core.store import (
     ResultsStore,
     read_json,
@@ -30,11 +30,19 @@ from lengthx.core.store import (
 )
 from lengthx.core.sweep import row_fields, sweep
 from lengthx.models.generation import chat_prompt, encode, generate
-from lengthx.models.loading import LoadedModel, load_model, weights_fingerprint
+from lengthx.models.loading import LoadedModel, load_model, model_fingerprint
 from lengthx.tasks import Example, Setting, build_task, resolve_settings
 from lengthx.tasks.base import truncated_example
 
 log = logging.getLogger("lengthx")
+
+
+def calibration_file(results_dir: Path, cell: Cell, method_cfg: Any, key: dict[str, Any]) -> Path:
+    """Where Algorithm 1's τ for ``cell`` under cache ``key`` is kept: ``<results_dir>/calibration/``, named by
+    the cell, the method and a digest of the key."""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    name = f"{cell.model}__{cell.task}__{cell.setting.label}__{method_id(method_cfg)}__{digest}.json"
+    return results_dir / "calibration" / safe_name(name)
 
 
 class Runner:
@@ -49,7 +57,7 @@ class Runner:
             raise ValueError(f"method {self.method.name!r} is not runnable by lengthx run; runnable: "
                              f"{', '.join(RUNNABLE_METHODS)}")
         self._loaded = loaded
-        self.weights = weights_fingerprint(cfg.model.get("path"))  # part of every cell's and τ cache's key
+        self.weights = model_fingerprint(cfg.model.get("path"))  # part of every cell's and τ cache's key
 
     @property
     def loaded(self) -> LoadedModel:
@@ -136,17 +144,16 @@ class Runner:
         return self.aligned_temperature_with_source(cell)[0]
 
     def calibration_path(self, cell: Cell) -> tuple[Path, dict[str, Any]]:
-        """Cache file of Algorithm 1 for this cell, and the key it is stored under."""
+        """Cache file of Algorithm 1 for this cell, and the key it is stored under: like a cell's hash, the
+        model by its config and checkpoint content, never by where it lies (:mod:`lengthx.core.cells`)."""
         m = self.method
-        key = {"model": OmegaConf.to_container(self.cfg.model, resolve=True), "task": cell.task,
+        key = {"model": model_identity(self.cfg.model), "task": cell.task,
                "setting": [cell.setting.label, cell.setting.value, cell.setting.unit], "mode": m.name,
                "search": m.get("search"), "scope": m.scope, "per_layer": bool(m.get("per_layer", False)),
                "n": int(self.cfg.calibration.num_examples), "seed": int(self.cfg.task.seed),
                "row_stride": int(self.cfg.calibration.get("row_stride", 1)),
                "weights": self.weights}
-        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
-        name = f"{cell.model}__{cell.task}__{cell.setting.label}__{method_id(m)}__{digest}.json"
-        return Path(self.cfg.results_dir) / "calibration" / safe_name(name), key
+        return calibration_file(Path(self.cfg.results_dir), cell, m, key), key
 
     def aligned_temperature_with_source(self, cell: Cell) -> tuple[float | list[float], Path, bool]:
         """(τ, cache file, whether it came from the cache) of Algorithm 1 for this cell."""

@@ -162,7 +162,7 @@ def from_source(name: str, hub_id: str | None, path: str | None, loader: Any, **
     raise ModelNotAvailable(
         f"model '{name}' (hub id {hub_id}) is not available: the Hugging Face hub is unreachable or does not "
         f"have it, and it is not in the local cache. Download it on a machine with hub access "
-        f"(huggingface-cli download {hub_id}) and copy the cache, or pass model.path=/dir/with/{name}."
+        f"(hf download {hub_id}) and copy the cache, or pass model.path=/dir/with/{name}."
     )
 
 
@@ -209,4 +209,40 @@ def weights_fingerprint(path: str | None) -> str:
             h.update(fh.read(1 << 20))
             fh.seek(max(0, size - (1 << 20)))
             h.update(fh.read(1 << 20))
+    return h.hexdigest()[:12]
+
+
+# the files of a checkpoint directory besides its weights that decide what it computes: architecture, generation
+# defaults, shard index and tokenizer (read in full; absent ones are skipped)
+CHECKPOINT_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json",
+                    "pytorch_model.bin.index.json", "tokenizer.json", "tokenizer_config.json",
+                    "special_tokens_map.json", "added_tokens.json", "spiece.model", "vocab.json", "merges.txt",
+                    "vocab.txt")
+# keys of those JSON files that say where and with what a checkpoint was saved, not what it computes
+SAVED_BY_KEYS = ("_name_or_path", "name_or_path", "transformers_version")
+
+
+def model_fingerprint(path: str | None) -> str:
+    """What a local checkpoint is, by content only (docs/design.md §7): its :data:`CHECKPOINT_FILES` and its
+    weights (:func:`weights_fingerprint`); "" for a hub model.
+
+    Where the directory lies never enters, so a copy of the repository at another path (or the same
+    checkpoint downloaded elsewhere) has the same fingerprint, while a retrained checkpoint, an edited
+    ``config.json`` or another tokenizer does not."""
+    if not path or not Path(path).is_dir():
+        return ""
+    h = hashlib.sha256()
+    for name in CHECKPOINT_FILES:
+        p = Path(path) / name
+        if not p.is_file():
+            continue
+        data = p.read_bytes()
+        if p.suffix == ".json":
+            obj = json.loads(data)
+            if isinstance(obj, dict):
+                obj = {k: v for k, v in obj.items() if k not in SAVED_BY_KEYS}
+            data = json.dumps(obj, sort_keys=True).encode()
+        h.update(f"{name}:{len(data)}:".encode())
+        h.update(data)
+    h.update(f"weights:{weights_fingerprint(path)}".encode())
     return h.hexdigest()[:12]

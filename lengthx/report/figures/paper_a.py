@@ -27,11 +27,17 @@ matplotlib.use("Agg")
 TEMPERATURE_FIGURES = {"lm": 3, "topics": 4, "lines": 6, "passkey": 7, "mdqa": 8, "code_completion": 9}
 
 
+# file metadata that changes on every save (matplotlib stamps PDFs with the time of writing): left out, so an
+# unchanged figure is written byte for byte as before and `lengthx figures` leaves committed files alone
+FIXED_METADATA = {"png": {}, "pdf": {"CreationDate": None, "ModDate": None}}
+
+
 def _save(fig: plt.Figure, out: Path, name: str) -> list[Path]:
+    """Write ``fig`` as ``<name>.png`` and ``<name>.pdf`` under ``out``, deterministically (:data:`FIXED_METADATA`)."""
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{name}.png", out / f"{name}.pdf"]
+    paths = [out / f"{name}.{fmt}" for fmt in FIXED_METADATA]
     for p in paths:
-        fig.savefig(p, dpi=150, bbox_inches="tight")
+        fig.savefig(p, dpi=150, bbox_inches="tight", metadata=FIXED_METADATA[p.suffix[1:]])
     plt.close(fig)
     return paths
 

@@ -10,9 +10,9 @@ metric). Derived numbers are not cells: "Avg." columns and "Improvement" rows ar
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterable
 
+from lengthx.report.tables.published import published_rows
 from lengthx.report.tables.spec import TableSpec
 
 # (model, method, task, setting): the key of one run cell, as ``lengthx.core.cells.Cell.key`` splits it
@@ -46,20 +46,17 @@ def filled_cells(spec: TableSpec, runs: Iterable[RunCell]) -> set[tuple[str, str
     return out
 
 
-def published_cell_count(spec: TableSpec, paper_dir) -> int | None:
+def published_cell_count(spec: TableSpec) -> int | None:
     """Numbers in the published table of ``spec`` that are cells (not "Avg." columns, not "Improvement").
 
-    Reads the paper's CSV under ``paper_dir`` (grid layout: ``spec.paper_header_rows`` header rows, then
+    Reads the paper's CSV from the package data (grid layout: ``spec.paper_header_rows`` header rows, then
     model header rows with no numbers, model rows and "w/ …" rows); a table reported in the text counts
-    its ``paper_values``. ``None`` when the CSV is not there.
+    its ``paper_values``. ``None`` only for a table the paper does not publish; a published table missing
+    from the install is a :class:`FileNotFoundError` (:func:`lengthx.report.tables.published.published_rows`).
     """
     if spec.paper_csv is None:
         return sum(len(values) for _, _, values in spec.paper_values) if spec.paper_values else None
-    path = paper_dir / spec.paper_csv
-    if not path.exists():
-        return None
-    with open(path, encoding="utf-8") as fh:
-        rows = list(csv.reader(fh))
+    rows = published_rows(spec.paper_csv)
     headers = rows[spec.paper_header_rows - 1]
     derived = {j for j, h in enumerate(headers) if h.strip() == "Avg."}
     count = 0

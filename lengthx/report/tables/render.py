@@ -8,12 +8,8 @@ position in the paper's CSV.
 
 from __future__ import annotations
 
-import csv
 import math
-import os
 from dataclasses import dataclass
-from importlib.resources import files
-from pathlib import Path
 
 import pandas as pd
 from omegaconf import OmegaConf
@@ -21,14 +17,8 @@ from omegaconf import OmegaConf
 from lengthx.config import CONF_DIR
 from lengthx.core.store import ResultsStore
 from lengthx.report.tables.intervals import CellInterval, table_intervals
+from lengthx.report.tables.published import published_rows
 from lengthx.report.tables.spec import METHOD_LABELS, PAPER_ROW_METHODS, Column, Row, TableSpec
-
-# the published tables ship inside the package (lengthx/published/README.md)
-PAPER_DIR = Path(os.environ.get("LENGTHX_PAPER_DIR") or str(files("lengthx").joinpath("published")))
-
-
-
-
 
 Published = list[tuple[str, str, list[str]]]
 
@@ -61,11 +51,7 @@ def read_paper_table(spec: TableSpec) -> Published:
     out: Published = [(m, me, list(v)) for m, me, v in spec.paper_values]
     if spec.paper_csv is None:
         return out
-    if not (PAPER_DIR / spec.paper_csv).is_file():
-        raise FileNotFoundError(f"the published table {PAPER_DIR / spec.paper_csv} is missing; reinstall lengthx "
-                                f"or point LENGTHX_PAPER_DIR at a copy of lengthx/published")
-    with open(PAPER_DIR / spec.paper_csv, encoding="utf-8") as fh:
-        rows = list(csv.reader(fh))
+    rows = published_rows(spec.paper_csv)  # package data; missing: FileNotFoundError naming it
     if spec.paper_key == "pe":  # paper B Tables 3-5: tidy rows (pe, method, values…)
         return out + [(r[0], r[1].lower(), r[2:]) for r in rows[1:]]
     if spec.paper_key == "model_b":  # paper B Table 2: (model, value)
@@ -167,8 +153,9 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
             for task in dict.fromkeys(c.task for c in spec.columns):
                 gaps = [c.title for c, v in zip(spec.columns, vals, strict=True)
                         if v is None and c.task == task and not c.average_of]
-                if gaps:
-                    missing.append(f"{model} / {row.label if row else method} / {task}: {', '.join(gaps)}")
+                if gaps:  # printed beside the Markdown: a row's label as the Markdown table shows it
+                    shown = markdown_label(row.label) if row else method
+                    missing.append(f"{model} / {shown} / {task}: {', '.join(gaps)}")
             if spec.avg:
                 vals.append(sum(vals) / len(vals) if all(v is not None for v in vals) else None)
             values_by_method[method] = vals
@@ -294,6 +281,11 @@ def _markdown(spec: TableSpec, groups, headers, body) -> str:
     lines = [f"**{spec.title}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, cells, is_model in body:
         name = f"**{label}**" if is_model else label
-        plain = name.replace("$", "").replace("\\", "")
-        lines.append("| " + " | ".join([plain, *cells]) + " |")
+        lines.append("| " + " | ".join([markdown_label(name), *cells]) + " |")
     return "\n".join(lines) + "\n"
+
+
+def markdown_label(label: str) -> str:
+    r"""A row label for Markdown and the terminal: the LaTeX math of the .tex label (``w/ $P_{\max}$``) as
+    plain text (``w/ P_{max}``)."""
+    return label.replace("$", "").replace("\\", "")

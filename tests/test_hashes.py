@@ -1,0 +1,266 @@
+"""Cell hashes without the checkout's path (docs/design.md §7): the same checkpoint anywhere is the same cell,
+a changed one is not; the migration carries results hashed the old way over, old key by old key."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from lengthx.config import CONF_DIR, PACKAGE_DIR
+from lengthx.core.cells import cell_hash, planned_cells
+from lengthx.core.runner import Runner
+from lengthx.core.store import ResultsStore
+from lengthx.models.loading import model_fingerprint
+from lengthx.models.minis import compose_run
+
+ROOT = Path(__file__).resolve().parents[1]
+MINI_T5_LM = PACKAGE_DIR / "checkpoints" / "mini-t5-lm"
+# a job of the Makefile's reproduce-mini whose cells results/mini holds (Table 3, P_max row)
+TABLE3_PMAX = ["model=mini-t5-lm", "task=lm", "method=pmax", "task.num_examples=100", "calibration.num_examples=4"]
+
+
+# cell hashes of a task's own settings, as results/ holds them since its migration to hashes without the
+# checkpoint's path (python -m lengthx.cli.migrate_hashes; pinned: results depend on them)
+PINNED = {
+    "mini": {"mini-t5|none|passkey|20k": (2702, "e98e14bec594"), "mini-t5|none|passkey|55k": (7432, "8c8b5ee9a1a1")},
+    "paper": {"mini-t5|none|passkey|20k": (20000, "9bf1392c63c7"), "mini-t5|none|passkey|55k": (55000, "42db31984bd2")},
+}
+# ... and as the code before that migration computed them (the checkpoint's path in the hash); the migration's
+# legacy hash must reproduce these (test_the_legacy_hash_is_the_old_code)
+PINNED_BEFORE_MIGRATION = {
+    "mini": {"mini-t5|none|passkey|20k": (2702, "60bc2379025d"), "mini-t5|none|passkey|55k": (7432, "15520e22d184")},
+    "paper": {"mini-t5|none|passkey|20k": (20000, "579432b368d6"), "mini-t5|none|passkey|55k": (55000, "2d2cd2d84ab2")},
+}
+
+
+def pinned_config(profile: str) -> DictConfig:
+    """The fixed config of the pinned hashes (neither conf/ nor the checkout's location enters them)."""
+    return OmegaConf.create({
+        "model": {"name": "mini-t5", "path": "/checkout/lengthx/checkpoints/mini-t5", "family": "t5", "l_tr": 256},
+        "method": {"name": "none", "scope": "encoder"},
+        "task": {"name": "passkey", "paper": "A", "table": "4", "seed": 0, "num_examples": None, "settings": None,
+                 "only": None, "unit": "tokens", "labels": ["20k", "55k"], "paper_unit": "chars",
+                 "paper_settings": [20000, 55000], "paper_l_tr": 512, "paper_l_ex": [5405, 14865]},
+        "profile": {"name": profile}, "dtype": "auto", "calibration": {"num_examples": 2},
+    })
+
+
+@pytest.mark.parametrize("profile", list(PINNED))
+def test_default_settings_keep_their_cell_keys_and_hashes(profile):
+    """Committed cells stay done: a task's own settings keep the keys and hashes results/ holds (a fixed config
+    here, so that conf/ does not enter the hash), wherever the checkout lies."""
+    cfg = pinned_config(profile)
+    got = {c.key: (c.setting.value, cell_hash(cfg, c.setting, "w")) for c in planned_cells(cfg)}
+    assert got == PINNED[profile]
+    with open_dict(cfg):
+        cfg.model.path = "/another/clone/lengthx/checkpoints/mini-t5"
+        cfg.model.description = "prose that labels the model"
+    assert {c.key: (c.setting.value, cell_hash(cfg, c.setting, "w")) for c in planned_cells(cfg)} == PINNED[profile]
+
+
+def _moved(tmp_path: Path, name: str = "elsewhere") -> Path:
+    """A copy of mini-t5-lm's checkpoint at another absolute path."""
+    return Path(shutil.copytree(MINI_T5_LM, tmp_path / name / "lengthx" / "checkpoints" / "mini-t5-lm"))
+
+
+def _hashes(overrides: list[str], path: Path | None = None) -> dict[str, str]:
+    cfg = compose_run(overrides)
+    if path is not None:
+        with open_dict(cfg):
+            cfg.model.path = str(path)
+    return {c.key: cell_hash(cfg, c.setting) for c in planned_cells(cfg)}
+
+
+def test_a_checkpoint_at_another_path_keeps_its_cell_hashes(tmp_path):
+    moved = _moved(tmp_path)
+    assert model_fingerprint(str(moved)) == model_fingerprint(str(MINI_T5_LM)) != ""
+    assert _hashes(TABLE3_PMAX, moved) == _hashes(TABLE3_PMAX)
+
+
+def test_the_checkpoint_content_still_decides_the_hash(tmp_path):
+    """The path left the hash, the content did not: another config.json (T5's bucket distance) or tokenizer is
+    another cell; a re-save that only changes who saved it is not."""
+    base = _hashes(TABLE3_PMAX)
+    moved = _moved(tmp_path)
+    cfg_file = moved / "config.json"
+    config = json.loads(cfg_file.read_text())
+    cfg_file.write_text(json.dumps({**config, "transformers_version": "9.9.9", "_name_or_path": str(moved)}))
+    assert _hashes(TABLE3_PMAX, moved) == base
+    cfg_file.write_text(json.dumps({**config, "relative_attention_max_distance": 2 * config["relative_attention_max_distance"]}))
+    changed = _hashes(TABLE3_PMAX, moved)
+    assert set(changed) == set(base) and not set(changed.values()) & set(base.values())
+    cfg_file.write_text(json.dumps(config))
+    tok_file = moved / "tokenizer.json"
+    tokenizer = json.loads(tok_file.read_text())
+    vocab = tokenizer["model"]["vocab"]  # Unigram: [piece, score]; two pieces trade places
+    vocab[10], vocab[11] = vocab[11], vocab[10]
+    tok_file.write_text(json.dumps(tokenizer))
+    assert not set(_hashes(TABLE3_PMAX, moved).values()) & set(base.values())
+
+
+def test_paths_inside_the_checkout_enter_by_their_place_in_it(monkeypatch):
+    """Data shipped with the repository (``${lengthx_repo:…}``, ``${lengthx_pkg:…}``) hashes the same from every
+    clone; a path outside the checkout is the user's own data and enters as given."""
+    import lengthx.core.cells as cells
+
+    cfg = compose_run(TABLE3_PMAX)
+    setting = planned_cells(cfg)[0].setting
+    hashes = []
+    for root in ("/clone/a", "/elsewhere/b"):
+        monkeypatch.setattr(cells, "CHECKOUT_DIR", Path(root))
+        with open_dict(cfg):
+            cfg.task.text_path = f"{root}/corpora/prose.txt"
+        hashes.append(cells.config_hash(cfg, setting))
+    assert hashes[0] == hashes[1]
+    with open_dict(cfg):
+        cfg.task.text_path = "/data/corpora/prose.txt"  # the same file name, outside the checkout
+    assert cells.config_hash(cfg, setting) != hashes[0]
+
+
+def test_the_calibration_cache_key_holds_no_path(tmp_path):
+    cell = planned_cells(compose_run(TABLE3_PMAX))[0]
+    here = Runner(compose_run(TABLE3_PMAX)).calibration_path(cell)
+    cfg = compose_run(TABLE3_PMAX)
+    with open_dict(cfg):
+        cfg.model.path = str(_moved(tmp_path))
+    there = Runner(cfg).calibration_path(cell)
+    assert here[0].name == there[0].name and here[1] == there[1]
+    assert "path" not in here[1]["model"] and str(PACKAGE_DIR) not in json.dumps(here[1])
+
+
+def test_the_committed_cells_are_done_for_a_checkpoint_elsewhere(tmp_path):
+    """results/mini as committed: its Table 3 P_max cells are done for mini-t5-lm copied to another path, and
+    their Algorithm 1 τ comes from the committed cache."""
+    cfg = compose_run([*TABLE3_PMAX, f"results_dir={ROOT / 'results' / 'mini'}"])
+    with open_dict(cfg):
+        cfg.model.path = str(_moved(tmp_path))
+    runner = Runner(cfg)
+    cells = runner.cells()
+    assert len(cells) == 5 and all(runner.is_done(cell, chash) for cell, chash in cells)
+    for cell, _ in cells:
+        path, _ = runner.calibration_path(cell)
+        assert path.is_file(), path
+
+
+# ---- the migration ---------------------------------------------------------------------------------------------
+def test_the_legacy_hash_is_the_old_code():
+    """The migration's old hash reproduces hashes the old code computed (pinned before the change)."""
+    from lengthx.cli.migrate_hashes import legacy_cell_hash
+
+    for profile, pinned in PINNED_BEFORE_MIGRATION.items():
+        cfg = pinned_config(profile)
+        got = {c.key: (c.setting.value, legacy_cell_hash(cfg, c.setting, "w", Path("/unused")))
+               for c in planned_cells(cfg)}
+        assert got == pinned
+
+
+def _legacy_results(results: Path, old_root: Path) -> dict[str, str]:
+    """A results directory as a checkout at ``old_root`` wrote it for Table 3's P_max job with 2 examples:
+    rows and records of two cells, Algorithm 1's cache of one, and one row of a config that no longer exists."""
+    from lengthx.cli.migrate_hashes import legacy_cell_hash, legacy_fingerprint, legacy_model
+    from lengthx.core.runner import calibration_file
+
+    overrides = ["model=mini-t5-lm", "task=lm", "method=pmax", "task.num_examples=2", "calibration.num_examples=1",
+                 f"results_dir={results}"]
+    cfg = compose_run(overrides)
+    runner, store = Runner(cfg), ResultsStore(results)
+    legacy_fp = legacy_fingerprint(cfg, perplexity=False)
+    old = {}
+    for cell in planned_cells(cfg)[:2]:
+        chash = legacy_cell_hash(cfg, cell.setting, legacy_fp, old_root / "lengthx")
+        old[cell.key] = chash
+        rows = [{"paper": "A", "model": cell.model, "method": cell.method, "task": cell.task,
+                 "setting": cell.setting.label, "metric": m, "value": v, "n": 2, "status": "ok", "cell": cell.key,
+                 "config_hash": chash, "message": "a, \"quoted\" message", "timestamp": "2026-01-01T00:00:00"}
+                for m, v in zip(runner.cell_metrics, (12.5, 2.5, 0.9, 0.1), strict=False)]
+        assert store.append_rows(rows, cell.key, chash)
+        for i in range(2):
+            store.append_record(cell.key, {"id": f"0-{i}", "config_hash": chash, "scores": {"perplexity": 1.5 + i},
+                                           "output": "ünïcode"})
+        store.append_record(cell.key, {"id": "0-9", "config_hash": "000000000000", "scores": {}})
+    first = planned_cells(cfg)[0]
+    _, key = runner.calibration_path(first)
+    legacy_key = {**key, "model": legacy_model(cfg.model, old_root / "lengthx"), "weights": legacy_fp}
+    cache = calibration_file(results, first, cfg.method, legacy_key)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps({**legacy_key, "tau": 0.9, "target": 0.5, "forward_passes": 11}, indent=1))
+    stale = {"paper": "A", "model": "mini-t5-lm", "method": "pmax", "task": "lm", "setting": "8192",
+             "metric": "perplexity", "value": 1.0, "n": 2, "status": "ok", "cell": "mini-t5-lm|pmax|lm|8192",
+             "config_hash": "5ta1e0000000", "timestamp": "2026-01-01T00:00:00"}
+    assert store.append_rows([stale], stale["cell"], stale["config_hash"])
+    return old
+
+
+def test_the_migration_maps_every_old_key_to_its_new_one(tmp_path):
+    from lengthx.cli.migrate_hashes import migrate
+
+    results = tmp_path / "results"
+    old = _legacy_results(results, Path("/old/checkout"))
+    overrides = ["model=mini-t5-lm", "task=lm", "method=pmax", "task.num_examples=2", "calibration.num_examples=1",
+                 f"results_dir={results}"]
+    runner = Runner(compose_run(overrides))
+    new = {cell.key: chash for cell, chash in runner.cells()}
+    assert not any(runner.is_done(cell, chash) for cell, chash in runner.cells())  # the old keys are not found
+    records_before = {p.name: p.read_bytes() for p in (results / "records").glob("*.jsonl")}
+
+    counts, _ = migrate(results, [Path("/old/checkout")], commands=[])  # the rows alone name the job
+
+    rows = 2 * len(runner.cell_metrics)
+    assert (counts.rows, counts.cells, counts.rows_left, counts.records, counts.calibration) == (rows, 2, 1, 4, 1)
+    df = ResultsStore(results).read()
+    for key, old_hash in old.items():
+        assert set(df[df["cell"] == key]["config_hash"]) == {new[key]} != {old_hash}
+    assert df[df["cell"] == "mini-t5-lm|pmax|lm|8192"]["config_hash"].tolist() == ["5ta1e0000000"]  # not a job
+    assert df[df["cell"] == "mini-t5-lm|pmax|lm|1024"]["message"].tolist() == ['a, "quoted" message'] * 3
+    done = [cell.key for cell, chash in runner.cells() if runner.is_done(cell, chash)]
+    assert done == list(old)
+    for name, before in records_before.items():  # only the hash of the records of the old key changed
+        after = (results / "records" / name).read_bytes()
+        cell = next(k for k in old if ResultsStore(results).records_path(k).name == name)
+        assert after == before.replace(old[cell].encode(), new[cell].encode()) != before
+        assert b'"000000000000"' in after
+    cell = planned_cells(runner.cfg)[0]
+    tau, path, cached = runner.aligned_temperature_with_source(cell)  # from the moved cache, no model loaded
+    assert (tau, cached) == (0.9, True) and runner._loaded is None
+    assert [p.name for p in (results / "calibration").iterdir()] == [path.name]
+    assert json.loads(path.read_text())["forward_passes"] == 11
+
+    again, _ = migrate(results, [Path("/old/checkout")], commands=[])
+    assert (again.rows, again.records, again.calibration) == (0, 0, 0)
+
+
+@pytest.mark.slow
+def test_a_clone_at_another_path_finds_the_committed_cells_done(tmp_path):
+    """The repository copied elsewhere: lengthx run of committed paper-A and paper-B (out of the box) cells
+    reports them done and writes nothing, Figure 3's attention data included."""
+    clone = tmp_path / "clone"
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".hydra", ".results.lock")
+    conf = [] if CONF_DIR.is_relative_to(ROOT / "lengthx") else [CONF_DIR.relative_to(ROOT)]  # conf/ or in the package
+    for folder in (Path("lengthx"), *conf, Path("results/mini")):
+        shutil.copytree(ROOT / folder, clone / folder, ignore=skip)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(clone), "OMP_NUM_THREADS": "1"}
+    where = subprocess.run([sys.executable, "-c", "import lengthx; print(lengthx.__file__)"], cwd=clone, env=env,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(where).is_relative_to(clone)
+    csv_before = (clone / "results/mini/results.csv").read_bytes()
+    attention = clone / "results/mini/attention/gpt2__ootb.json"
+    attention_before = attention.read_bytes()
+    jobs = [["run", *TABLE3_PMAX],
+            ["run", "task=segmented_ppl", "model=gpt2", "task.factors=[1,2,3,4,5]", "task.attention_medians=4",
+             "task.num_examples=60", "task.text_factor=5"]]
+    for job in jobs:
+        p = subprocess.run([sys.executable, "-m", "lengthx.cli", *job], cwd=clone, env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-2000:]
+        status = [m.group(1) for m in re.finditer(r"^\S+\|\S+\s+(\w+)", p.stdout, re.M)]  # cell, status
+        assert len(status) == 5 and set(status) == {"done"}, p.stdout
+    assert (clone / "results/mini/results.csv").read_bytes() == csv_before
+    assert attention.read_bytes() == attention_before
