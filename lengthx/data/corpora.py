@@ -13,6 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from lengthx.data.hub import load_hub_dataset
 from lengthx.data.splits import in_split, is_test_document
 
 log = logging.getLogger("lengthx.train")
@@ -154,8 +155,6 @@ def arxiv_documents(split: str, data_cfg: Any):
     ``datasets`` cache; ``data.hf_path`` / ``data.hf_name`` / ``data.hf_revision`` select the copy (recent
     ``datasets`` releases load script-free copies only, e.g. the hub's parquet conversion).
     """
-    from datasets import load_dataset
-
     path = data_cfg.get("hf_path") or "armanc/scientific_papers"
     name = data_cfg.get("hf_name") or "arxiv"
     field_name = data_cfg.get("text_field") or "article"
@@ -164,14 +163,10 @@ def arxiv_documents(split: str, data_cfg: Any):
         kwargs["cache_dir"] = str(Path(data_cfg.cache_dir).expanduser() / "hf")
     if data_cfg.get("hf_revision"):
         kwargs["revision"] = data_cfg.hf_revision
-    try:
-        ds = load_dataset(path, name, split=split, **kwargs)
-    except Exception as err:  # noqa: BLE001 - turn any loading failure into one actionable message
-        raise RuntimeError(
-            f"could not load {path} ({name}, split {split}): {type(err).__name__}: {err}. The paper profile "
-            "needs the hub or a local datasets cache; try data.hf_revision=refs/convert/parquet, or point "
-            "data.source=files data.files=[…] at local text."
-        ) from err
+    ds = load_hub_dataset(path, split, (field_name,), config=name, **kwargs,
+                          hint="The paper profile needs the hub or a local datasets cache; try "
+                               "data.hf_revision=refs/convert/parquet, or point data.source=files "
+                               "data.files=[…] at local text.")
     max_docs = data_cfg.get("max_docs")
     if max_docs:
         ds = ds.select(range(min(int(max_docs), len(ds))))

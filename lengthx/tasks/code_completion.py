@@ -35,7 +35,8 @@ from typing import Any
 
 from lengthx.data.corpora import stdlib_split
 from lengthx.data.fitting import chars_per_token, count_tokens, suffix_with_tokens
-from lengthx.data.jsonl import DataFormatError, read_jsonl
+from lengthx.data.hub import load_hub_dataset
+from lengthx.data.jsonl import read_jsonl
 from lengthx.tasks.base import Example, Setting
 from lengthx.tasks.metrics import code_exact_match, edit_similarity, first_line
 
@@ -71,20 +72,9 @@ def read_lcc_jsonl(path: str | Path) -> list[CodeRow]:
 
 def load_lcc_hf(name: str = LCC_DATASET, split: str = "test") -> list[CodeRow]:
     """LCC rows from the Hugging Face hub or local cache via ``datasets`` (fields ``context``, ``gt``)."""
-    try:
-        import datasets
-    except ImportError as err:  # pragma: no cover - datasets is a dependency
-        raise RuntimeError("loading LCC needs the 'datasets' package") from err
-    try:
-        ds = datasets.load_dataset(name, split=split)
-    except Exception as err:
-        raise RuntimeError(f"could not load the dataset {name!r} (split {split!r}) from the hub or the local "
-                           f"cache: {err}. Offline, use task.source=stdlib or task.source=jsonl "
-                           f"task.data_path=FILE with fields context and gt") from err
-    missing = [f for f in ("context", "gt") if f not in ds.column_names]
-    if missing:
-        raise DataFormatError(f"dataset {name} ({split}): missing field {missing[0]!r}; "
-                              f"columns are {ds.column_names}")
+    ds = load_hub_dataset(name, split, ("context", "gt"),
+                          hint="Offline, use task.source=stdlib or task.source=jsonl task.data_path=FILE with "
+                               "fields context and gt")
     return [CodeRow(r["context"], r["gt"], f"{name}:{split}:{i}") for i, r in enumerate(ds)]
 
 

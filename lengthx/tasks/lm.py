@@ -42,6 +42,7 @@ from lengthx.data.fitting import (
     prefix_with_tokens,
     suffix_with_tokens,
 )
+from lengthx.data.hub import load_hub_dataset
 from lengthx.tasks.base import Example, Setting
 
 PG19 = "deepmind/pg19"
@@ -64,16 +65,9 @@ def read_text_documents(path: str | Path) -> list[tuple[str, str]]:
 
 def load_hf_documents(name: str = PG19, split: str = "test", field: str = "text") -> list[tuple[str, str]]:
     """(title or index, text) documents of a Hugging Face dataset via ``datasets`` (PG19 by default)."""
-    import datasets
-
-    try:
-        ds = datasets.load_dataset(name, split=split)
-    except Exception as err:
-        raise RuntimeError(f"could not load the dataset {name!r} (split {split!r}) from the hub or the local "
-                           f"cache: {err}. Set task.hf_dataset to a PG19 copy that 'datasets' can load, or "
-                           f"task.source=text task.text_path=FILE_OR_DIR, or task.source=stdlib") from err
-    if field not in ds.column_names:
-        raise ValueError(f"dataset {name} ({split}): missing field {field!r}; columns are {ds.column_names}")
+    ds = load_hub_dataset(name, split, (field,),
+                          hint="Set task.hf_dataset to a PG19 copy that 'datasets' can load, or task.source=text "
+                               "task.text_path=FILE_OR_DIR, or task.source=stdlib")
     title = "short_book_title" if "short_book_title" in ds.column_names else None
     return [(str(r[title]) if title else f"{name}:{i}", r[field]) for i, r in enumerate(ds)]
 
