@@ -7,7 +7,13 @@ import torch
 from conftest import tiny_t5
 from omegaconf import OmegaConf
 
-from lengthx.alignment.algorithm1 import TEMPERATURE_GRID, calibrate, calibrate_per_layer, find_s
+from lengthx.alignment.algorithm1 import (
+    TEMPERATURE_GRID,
+    CalibrationOptions,
+    calibrate,
+    calibrate_per_layer,
+    find_s,
+)
 from lengthx.models import LoadedModel, get_family
 
 
@@ -29,7 +35,7 @@ def _batches(length: int, n: int, seed: int) -> list[dict[str, torch.Tensor]]:
 def test_grid_choice_is_the_brute_force_closest(mode):
     loaded = _loaded(0)
     ref, ext = _batches(64, 2, 1), _batches(512, 2, 2)
-    result = calibrate(loaded, ref, ext, mode)
+    result = calibrate(loaded, ref, ext, CalibrationOptions(mode))
     target = find_s(loaded, ref, 1.0, mode)
     brute = {t: find_s(loaded, ext, t, mode) for t in TEMPERATURE_GRID}
     best = min(TEMPERATURE_GRID, key=lambda t: abs(brute[t] - target))
@@ -44,8 +50,8 @@ def test_bisection_agrees_with_grid_on_seeded_models():
     for seed, length in zip(range(10), [256, 384, 512, 640, 768] * 2, strict=True):
         loaded = _loaded(100 + seed)
         ref, ext = _batches(64, 1, seed), _batches(length, 1, 50 + seed)
-        g = calibrate(loaded, ref, ext, "pmax", search="grid")
-        b = calibrate(loaded, ref, ext, "pmax", search="bisect")
+        g = calibrate(loaded, ref, ext, CalibrationOptions("pmax", search="grid"))
+        b = calibrate(loaded, ref, ext, CalibrationOptions("pmax", search="bisect"))
         agree += g.tau == b.tau
         passes_grid += g.forward_passes
         passes_bisect += b.forward_passes
@@ -56,7 +62,7 @@ def test_bisection_agrees_with_grid_on_seeded_models():
 def test_per_layer_alignment_returns_one_tau_per_layer():
     loaded = _loaded(3)
     ref, ext = _batches(64, 1, 1), _batches(512, 1, 2)
-    layers = calibrate_per_layer(loaded, ref, ext, "pmax")
+    layers = calibrate_per_layer(loaded, ref, ext, CalibrationOptions("pmax"))
     assert len(layers) == len(loaded.model.encoder.block)
     assert all(r.tau in TEMPERATURE_GRID for r in layers)
     # layer 0 sees only its own τ: its per-layer choice is Algorithm 1 restricted to layer 0's statistic
