@@ -101,7 +101,7 @@ def test_calibrate_second_call_is_served_from_cache(tiny_model_dir, tmp_path):
 def test_row_sampled_statistics_equal_naive_on_those_rows(efficient):
     """``row_stride`` statistics are exactly P_max/H of every n-th valid query row (naive from eager T5)."""
     from lengthx.alignment.statistics import capture_stats
-    from lengthx.attention.t5_efficient import enable_efficient_t5
+    from lengthx.attention.t5_bias import enable_efficient_t5
 
     loaded = _loaded(7)
     enable_efficient_t5(loaded.model, mode=efficient)

@@ -1,7 +1,7 @@
 """Attention statistics for Algorithm 1 and Propositions 1-2 (paper A §4-§5, docs/design.md §5, §9).
 
 An :class:`AttentionStats` is attached to the attention modules it watches; the attention paths
-(``lengthx.attention.temperature`` and ``lengthx.attention.t5_efficient``) feed it one query block at a
+(``lengthx.attention.temperature`` and ``lengthx.attention.tiled_softmax``) feed it one query block at a
 time, so no more than one block of scores ever exists. Only *valid* query rows count (a padding token's own
 row is skipped), and masked keys carry zero probability, so they drop out of both statistics.
 
