@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_t5
+from conftest import loaded_model, tiny_t5
 from omegaconf import OmegaConf
 
 from lengthx.alignment.algorithm1 import (
@@ -14,12 +14,11 @@ from lengthx.alignment.algorithm1 import (
     calibrate_per_layer,
     find_s,
 )
-from lengthx.models import LoadedModel, get_family
+from lengthx.models import LoadedModel
 
 
 def _loaded(seed: int) -> LoadedModel:
-    model = tiny_t5(seed=seed, vocab_size=128, d_model=32, num_heads=4, d_kv=8)
-    return LoadedModel("tiny", model, None, get_family("t5"), 64, torch.device("cpu"))
+    return loaded_model(tiny_t5(seed=seed, vocab_size=128, d_model=32, num_heads=4, d_kv=8), "t5", 64)
 
 
 def _batches(length: int, n: int, seed: int) -> list[dict[str, torch.Tensor]]:

@@ -484,14 +484,13 @@ def test_an_accelerate_checkpoint_resumes_with_weights_only_loads(tmp_path):
     file through the weights-only unpickler; a pickle planted there is refused as well."""
     import torch
     from accelerate import Accelerator
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from conftest import tiny_gpt2
 
     from lengthx.segmented.checkpoints import CheckpointParts, load_checkpoint
     from lengthx.segmented.loop import TrainerState, WarmupCosine, build_optimizer
 
     def parts(seed: int) -> CheckpointParts:
-        torch.manual_seed(seed)
-        model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, n_positions=16))
+        model = tiny_gpt2(seed, attn=None, n_embd=16, n_layer=1, n_head=2, n_positions=16).train()
         optimizer = build_optimizer(model, 1e-2, 0.1, (0.9, 0.95))
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupCosine(2, 10))
         accelerator = Accelerator(cpu=True)
