@@ -84,7 +84,7 @@ def test_plan_lists_every_published_cell(paper_plan):
         published = _published_numbers(PAPER_TABLES / name)
         for table_id in ids:
             assert counts[table_id] == published, (table_id, counts[table_id], published)
-    # the counts, spelled out: Table 3, 4, 5/14, 6/12/13 and the code key sentence of §5.4
+    # the published counts, spelled out: Tables 3, 4, 14 and 12 of paper A
     assert (counts["aa_table3"], counts["aa_table4"], counts["aa_table14"], counts["aa_table12"]) == (60, 208, 180, 75)
     # §5.4 reports code key retrieval in its text: four numbers (none, P_max, H, log), kept in the spec
     assert counts["aa_code_key"] == len(CODE_KEY.paper_values) == 4

@@ -328,7 +328,7 @@ class AttentionStats:
 def _sort_rows_(x: torch.Tensor) -> torch.Tensor:
     """Sort the last dim of a float32 tensor ascending, in place when it lives on the CPU.
 
-    NumPy's SIMD sort is ~20x faster than ``torch.sort`` on this CPU and needs no int64 index tensor.
+    NumPy's SIMD sort is much faster than ``torch.sort`` on CPU and needs no int64 index tensor.
     """
     if x.device.type == "cpu" and x.is_contiguous():
         x.numpy().sort(axis=-1)

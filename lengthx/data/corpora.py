@@ -11,10 +11,13 @@ import logging
 import sysconfig
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lengthx.data.hub import load_hub_dataset
 from lengthx.data.splits import in_split, is_test_document
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 log = logging.getLogger("lengthx.train")
 
@@ -97,7 +100,7 @@ def _documents_dataset(items: list[tuple[str, str]]):
 
 def stdlib_documents(
     split: str, test_percent: float = 10.0, max_docs: int | None = None, root: str | None = None
-):
+) -> Dataset:
     """Mini-profile corpus: one document per standard-library source file; test files are held out."""
     base = Path(root or sysconfig.get_paths()["stdlib"])
     docs = [(str(p.relative_to(base)), p) for p in stdlib_files(base)]
@@ -113,7 +116,7 @@ def file_documents(
     max_docs: int | None = None,
     sample_by: str = "document",
     cache_dir: str | None = None,
-):
+) -> Dataset:
     """Any local text, read with ``datasets.load_dataset("text", …)``.
 
     With ``sample_by=document`` each file is one document and files are split train/test by a hash of
@@ -148,7 +151,7 @@ def file_documents(
     return _documents_dataset(keep[:max_docs] if max_docs else keep)
 
 
-def arxiv_documents(split: str, data_cfg: Any):
+def arxiv_documents(split: str, data_cfg: Any) -> Dataset:
     """Paper-profile corpus: the arXiv part of ``scientific_papers`` (Cohan et al., 2018), field ``article``.
 
     Uses the dataset's own train/test splits (205k / 7k papers in paper B §4.1). Needs the hub or a local
@@ -190,7 +193,7 @@ def resolve_source(data_cfg: Any, profile: str) -> str:
     return source
 
 
-def load_documents(data_cfg: Any, split: str, profile: str = "mini"):
+def load_documents(data_cfg: Any, split: str, profile: str = "mini") -> Dataset:
     """The documents of ``split`` as a ``datasets.Dataset`` with columns ``id`` and ``text``."""
     source = resolve_source(data_cfg, profile)
     test_percent = float(data_cfg.get("test_percent", 10))

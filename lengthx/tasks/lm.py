@@ -3,7 +3,7 @@
 Benchmark facts (paper A, docs/design.md §6): the LM-adapted T5 models (L_tr = 512) read L_ex = 1024, 2048, 4096,
 8192 or 15000 tokens of a long document with the encoder; Table 3 reports the average perplexity of 500
 sequences ("lower is better", ">1k" above 1000). The paper does not state the corpus or the decoder length;
-DESIGN fixes PG19's test split as the default corpus in the paper profile, and we score a continuation of
+lengthx takes PG19's test split as the default corpus in the paper profile, and we score a continuation of
 ``continuation_tokens`` = 128 tokens by default (``task.continuation_tokens``): long enough for a stable
 per-sequence perplexity, and close to the ~114-token targets T5's LM adaptation was trained with.
 
@@ -30,7 +30,7 @@ import math
 import random
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -44,6 +44,9 @@ from lengthx.data.fitting import (
 )
 from lengthx.data.hub import load_hub_dataset
 from lengthx.tasks.base import Example, Setting
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 PG19 = "deepmind/pg19"
 CONTINUATION_TOKENS = 128
@@ -130,7 +133,7 @@ class LMTask:
         hi = len(text) - k - 1
         return (lo, hi) if lo <= hi else None
 
-    def examples(self, setting: Setting, tokenizer, n: int, seed: int) -> list[Example]:
+    def examples(self, setting: Setting, tokenizer: PreTrainedTokenizerBase, n: int, seed: int) -> list[Example]:
         """``n`` sequences with ``setting.value`` encoder tokens each (unit ``tokens``).
 
         With ``same_text`` the split points are drawn for the sweep's longest context (``self.longest``), so

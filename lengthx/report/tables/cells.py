@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterable
+from pathlib import Path
 
 from lengthx.report.tables.spec import TableSpec
 
@@ -46,7 +47,7 @@ def filled_cells(spec: TableSpec, runs: Iterable[RunCell]) -> set[tuple[str, str
     return out
 
 
-def published_cell_count(spec: TableSpec, paper_dir) -> int | None:
+def published_cell_count(spec: TableSpec, paper_dir: Path) -> int | None:
     """Numbers in the published table of ``spec`` that are cells (not "Avg." columns, not "Improvement").
 
     Reads the paper's CSV under ``paper_dir`` (grid layout: ``spec.paper_header_rows`` header rows, then
