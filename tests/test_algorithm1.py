@@ -44,6 +44,7 @@ def test_grid_choice_is_the_brute_force_closest(mode):
     assert (brute[1.0] < target) if mode == "pmax" else (brute[1.0] > target)
 
 
+@pytest.mark.slow
 def test_bisection_agrees_with_grid_on_seeded_models():
     agree, passes_grid, passes_bisect = 0, 0, 0
     for seed, length in zip(range(10), [256, 384, 512, 640, 768] * 2, strict=True):

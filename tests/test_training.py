@@ -282,6 +282,7 @@ def test_cli_entry_and_fail_fast(models, corpus, tmp_path):
     shutil.which("torchrun", path=os.path.dirname(sys.executable)) is None,
     reason="needs torch.distributed's launcher",
 )
+@pytest.mark.slow
 def test_accelerate_launch_two_processes_matches_one(models, corpus, tmp_path):
     """``accelerate launch --num_processes 2`` (gloo on CPU): same global batch and loss curve as one process."""
     accelerate = Path(sys.executable).with_name("accelerate")
