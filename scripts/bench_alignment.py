@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from transformers import T5Config, T5ForConditionalGeneration
 
-from lengthx.alignment.algorithm1 import calibrate
+from lengthx.alignment.algorithm1 import CalibrationOptions, calibrate
 from lengthx.attention.temperature import ATTN_NAME, register
 from lengthx.models import LoadedModel, get_family
 
@@ -52,9 +52,9 @@ def main() -> None:
         ref, ext = batches(64, seed), batches(length, 1000 + seed)
         for mode in ("pmax", "entropy"):
             t0 = time.perf_counter()
-            g = calibrate(loaded, ref, ext, mode, search="grid")
+            g = calibrate(loaded, ref, ext, CalibrationOptions(mode, search="grid"))
             t1 = time.perf_counter()
-            b = calibrate(loaded, ref, ext, mode, search="bisect")
+            b = calibrate(loaded, ref, ext, CalibrationOptions(mode, search="bisect"))
             t2 = time.perf_counter()
             agree += g.tau == b.tau
             total += 1

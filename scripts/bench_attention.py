@@ -68,7 +68,7 @@ def _child(variant: str, length: int, repeats: int, threads: int) -> dict:
     from transformers import T5Config, T5EncoderModel
 
     from lengthx.attention.stats import AttentionStats
-    from lengthx.attention.t5_efficient import enable_efficient_t5
+    from lengthx.attention.t5_bias import enable_efficient_t5
     from lengthx.attention.temperature import ATTN_NAME, register
 
     torch.manual_seed(0)

@@ -13,7 +13,7 @@ mini corpus of ``lengthx train``; test files held out by a hash of their path, d
 4. export: fp16 safetensors, tokenizer, ``lengthx_mini.json`` and a model card into
    ``lengthx/checkpoints/mini-<family>``, plus ``results/mini/minis.md``.
 
-    python scripts/train_mini_decoders.py                  # all three, ~12 min each on one CPU thread
+    python scripts/train_mini_decoders.py                  # all three families
     python scripts/train_mini_decoders.py --families pythia --steps 200 --work /tmp/minis --out /tmp/ckpt
 
 Rerunning resumes: the tokenizer and initial weights are reused and training continues from its newest

@@ -1,4 +1,6 @@
-"""Shared fixtures: tiny models built from configs (no network, no downloads)."""
+"""Shared fixtures and builders: tiny models built from configs and a byte-level tokenizer (no network, no
+downloads). Builders are plain functions (import them with ``from conftest import tiny_t5``) so a test can
+pass config overrides; each seeds torch itself, so the same arguments give the same weights."""
 
 from __future__ import annotations
 
@@ -7,10 +9,23 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import T5Config, T5ForConditionalGeneration
+from transformers import (
+    BloomConfig,
+    BloomForCausalLM,
+    ByT5Tokenizer,
+    GPT2Config,
+    GPT2LMHeadModel,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
+    PretrainedConfig,
+    PreTrainedModel,
+    T5Config,
+    T5ForConditionalGeneration,
+)
 
 from lengthx.attention.temperature import ATTN_NAME, register
 from lengthx.data.splits import is_test_document
+from lengthx.models import LoadedModel, get_family
 
 
 def tiny_t5(attn: str = ATTN_NAME, seed: int = 0, **overrides) -> T5ForConditionalGeneration:
@@ -30,6 +45,67 @@ def tiny_t5(attn: str = ATTN_NAME, seed: int = 0, **overrides) -> T5ForCondition
     return model.eval()
 
 
+def tiny_byte_t5(attn: str = "sdpa") -> T5ForConditionalGeneration:
+    """:func:`tiny_t5` with ByT5's 384-token vocabulary (2 heads of 16), to pair with :func:`byte_tokenizer`."""
+    return tiny_t5(attn=attn, vocab_size=384, d_model=32, num_heads=2, d_kv=16)
+
+
+def _causal_lm(config_cls: type[PretrainedConfig], model_cls: type[PreTrainedModel], defaults: dict, seed: int,
+               attn: str | None, overrides: dict) -> PreTrainedModel:
+    torch.manual_seed(seed)
+    cfg = {**defaults, **overrides}
+    if attn is not None:
+        cfg["attn_implementation"] = attn
+    return model_cls(config_cls(**cfg)).eval()
+
+
+def tiny_gpt2(seed: int = 0, attn: str | None = "eager", **overrides) -> GPT2LMHeadModel:
+    """A 2-layer, 4-head GPT-2 (width 32, vocabulary 64, 64 positions), random weights, eval mode."""
+    defaults = dict(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=1, eos_token_id=2)
+    return _causal_lm(GPT2Config, GPT2LMHeadModel, defaults, seed, attn, overrides)
+
+
+def tiny_neox(seed: int = 0, attn: str | None = "eager", **overrides) -> GPTNeoXForCausalLM:
+    """A 2-layer, 4-head GPT-NeoX (width 32, vocabulary 64, 64 positions), random weights, eval mode."""
+    defaults = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                    max_position_embeddings=64, bos_token_id=1, eos_token_id=2)
+    return _causal_lm(GPTNeoXConfig, GPTNeoXForCausalLM, defaults, seed, attn, overrides)
+
+
+def tiny_bloom(seed: int = 0, layers: int = 2, sharpen: bool = False, attn: str | None = "eager",
+               **overrides) -> BloomForCausalLM:
+    """A 4-head BLOOM (width 32, vocabulary 64), random weights, eval mode.
+
+    ``sharpen``: larger initial weights (range 0.1) and query/key/value weights doubled, so that attention is
+    peaked enough for τ to have a visible effect."""
+    defaults = dict(vocab_size=64, hidden_size=32, n_layer=layers, n_head=4, pad_token_id=0, bos_token_id=1,
+                    eos_token_id=2)
+    if sharpen:
+        defaults["initializer_range"] = 0.1
+    model = _causal_lm(BloomConfig, BloomForCausalLM, defaults, seed, attn, overrides)
+    if sharpen:
+        with torch.no_grad():
+            for block in model.transformer.h:
+                block.self_attention.query_key_value.weight.mul_(2.0)
+    return model
+
+
+def byte_tokenizer() -> ByT5Tokenizer:
+    """ByT5's byte-level tokenizer: needs no files, 384 ids (3 special tokens, 256 bytes, 125 extra ids)."""
+    return ByT5Tokenizer()
+
+
+def loaded_model(model: PreTrainedModel, family: str, l_tr: int, tokenizer=None, name: str = "tiny") -> LoadedModel:
+    """``model`` as ``lengthx.models.load_model`` would hand it over (on CPU), for alignment and task tests."""
+    return LoadedModel(name, model, tokenizer, get_family(family), l_tr, torch.device("cpu"))
+
+
+@pytest.fixture(scope="module")
+def byt5() -> ByT5Tokenizer:
+    """:func:`byte_tokenizer`, one per test module."""
+    return byte_tokenizer()
+
+
 @pytest.fixture
 def padded_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Two sequences of lengths 40 and 27 (right padded), and decoder inputs."""
@@ -45,12 +121,9 @@ def padded_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> str:
     """A tiny T5 with a byte-level tokenizer, saved like a hub checkpoint (for CLI and runner tests)."""
-    from transformers import ByT5Tokenizer
-
     path = tmp_path_factory.mktemp("tiny-t5")
-    model = tiny_t5(attn="sdpa", vocab_size=384, d_model=32, num_heads=2, d_kv=16)
-    model.save_pretrained(path)
-    ByT5Tokenizer().save_pretrained(path)
+    tiny_byte_t5().save_pretrained(path)
+    byte_tokenizer().save_pretrained(path)
     return str(path)
 
 
@@ -91,49 +164,19 @@ def corpus(tmp_path_factory) -> list[str]:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, str]:
     """Tiny GPT-2 / GPT-NeoX / BLOOM checkpoints (L_t = 16) with a byte-level tokenizer, saved to disk."""
-    from transformers import (
-        BloomConfig,
-        BloomForCausalLM,
-        ByT5Tokenizer,
-        GPT2Config,
-        GPT2LMHeadModel,
-        GPTNeoXConfig,
-        GPTNeoXForCausalLM,
-    )
-
     root = tmp_path_factory.mktemp("models")
     common = {"vocab_size": 384, "bos_token_id": 1, "eos_token_id": 1, "pad_token_id": 0}
+    no_dropout = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
     made = {
-        "gpt2": GPT2LMHeadModel(
-            GPT2Config(
-                n_embd=32,
-                n_layer=2,
-                n_head=4,
-                n_positions=L_T,
-                resid_pdrop=0.0,
-                embd_pdrop=0.0,
-                attn_pdrop=0.0,
-                **common,
-            )
-        ),
-        "pythia-160m": GPTNeoXForCausalLM(
-            GPTNeoXConfig(
-                hidden_size=32,
-                num_hidden_layers=2,
-                num_attention_heads=4,
-                intermediate_size=64,
-                max_position_embeddings=L_T,
-                **common,
-            )
-        ),
-        "bloom-1b1": BloomForCausalLM(BloomConfig(hidden_size=32, n_layer=2, n_head=4, **common)),
+        "gpt2": tiny_gpt2(attn=None, n_positions=L_T, **no_dropout, **common),
+        "pythia-160m": tiny_neox(attn=None, max_position_embeddings=L_T, **common),
+        "bloom-1b1": tiny_bloom(attn=None, **common),
     }
     out = {}
     for name, model in made.items():
-        torch.manual_seed(0)
         path = root / name
         model.save_pretrained(path)
-        ByT5Tokenizer().save_pretrained(path)
+        byte_tokenizer().save_pretrained(path)
         out[name] = str(path)
     return out
 

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_t5
+from conftest import loaded_model, tiny_t5
 from omegaconf import OmegaConf
 
-from lengthx.alignment.algorithm1 import TEMPERATURE_GRID, calibrate, calibrate_per_layer, find_s
-from lengthx.models import LoadedModel, get_family
+from lengthx.alignment.algorithm1 import (
+    TEMPERATURE_GRID,
+    CalibrationOptions,
+    calibrate,
+    calibrate_per_layer,
+    find_s,
+)
+from lengthx.models import LoadedModel
 
 
 def _loaded(seed: int) -> LoadedModel:
-    model = tiny_t5(seed=seed, vocab_size=128, d_model=32, num_heads=4, d_kv=8)
-    return LoadedModel("tiny", model, None, get_family("t5"), 64, torch.device("cpu"))
+    return loaded_model(tiny_t5(seed=seed, vocab_size=128, d_model=32, num_heads=4, d_kv=8), "t5", 64)
 
 
 def _batches(length: int, n: int, seed: int) -> list[dict[str, torch.Tensor]]:
@@ -29,7 +34,7 @@ def _batches(length: int, n: int, seed: int) -> list[dict[str, torch.Tensor]]:
 def test_grid_choice_is_the_brute_force_closest(mode):
     loaded = _loaded(0)
     ref, ext = _batches(64, 2, 1), _batches(512, 2, 2)
-    result = calibrate(loaded, ref, ext, mode)
+    result = calibrate(loaded, ref, ext, CalibrationOptions(mode))
     target = find_s(loaded, ref, 1.0, mode)
     brute = {t: find_s(loaded, ext, t, mode) for t in TEMPERATURE_GRID}
     best = min(TEMPERATURE_GRID, key=lambda t: abs(brute[t] - target))
@@ -39,13 +44,14 @@ def test_grid_choice_is_the_brute_force_closest(mode):
     assert (brute[1.0] < target) if mode == "pmax" else (brute[1.0] > target)
 
 
+@pytest.mark.slow
 def test_bisection_agrees_with_grid_on_seeded_models():
     agree, passes_grid, passes_bisect = 0, 0, 0
     for seed, length in zip(range(10), [256, 384, 512, 640, 768] * 2, strict=True):
         loaded = _loaded(100 + seed)
         ref, ext = _batches(64, 1, seed), _batches(length, 1, 50 + seed)
-        g = calibrate(loaded, ref, ext, "pmax", search="grid")
-        b = calibrate(loaded, ref, ext, "pmax", search="bisect")
+        g = calibrate(loaded, ref, ext, CalibrationOptions("pmax", search="grid"))
+        b = calibrate(loaded, ref, ext, CalibrationOptions("pmax", search="bisect"))
         agree += g.tau == b.tau
         passes_grid += g.forward_passes
         passes_bisect += b.forward_passes
@@ -56,7 +62,7 @@ def test_bisection_agrees_with_grid_on_seeded_models():
 def test_per_layer_alignment_returns_one_tau_per_layer():
     loaded = _loaded(3)
     ref, ext = _batches(64, 1, 1), _batches(512, 1, 2)
-    layers = calibrate_per_layer(loaded, ref, ext, "pmax")
+    layers = calibrate_per_layer(loaded, ref, ext, CalibrationOptions("pmax"))
     assert len(layers) == len(loaded.model.encoder.block)
     assert all(r.tau in TEMPERATURE_GRID for r in layers)
     # layer 0 sees only its own τ: its per-layer choice is Algorithm 1 restricted to layer 0's statistic
@@ -95,7 +101,7 @@ def test_calibrate_second_call_is_served_from_cache(tiny_model_dir, tmp_path):
 def test_row_sampled_statistics_equal_naive_on_those_rows(efficient):
     """``row_stride`` statistics are exactly P_max/H of every n-th valid query row (naive from eager T5)."""
     from lengthx.alignment.statistics import capture_stats
-    from lengthx.attention.t5_efficient import enable_efficient_t5
+    from lengthx.attention.t5_bias import enable_efficient_t5
 
     loaded = _loaded(7)
     enable_efficient_t5(loaded.model, mode=efficient)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import copy
 import math
+from functools import partial
 
 import numpy as np
 import pytest
 import torch
-from transformers import BloomConfig, BloomForCausalLM
+from conftest import loaded_model, tiny_bloom
 
 import lengthx.attention.bloom as bloom_attn
 from lengthx.alignment.algorithm1 import find_s
@@ -22,23 +23,10 @@ from lengthx.attention.bloom import TemperatureBloomAttention, disable_temperatu
 from lengthx.attention.stats import AttentionStats
 from lengthx.attention.temperature import TAU_ATTR, set_temperature
 from lengthx.models.families import get_family
-from lengthx.models.loading import LoadedModel
 from lengthx.segmented.models import enable_explicit_alibi
 
-HEADS = 4
-
-
-def tiny_bloom(seed: int = 0, layers: int = 2) -> BloomForCausalLM:
-    """A 2-layer, 4-head BLOOM with random weights, no dropout, eval mode."""
-    torch.manual_seed(seed)
-    cfg = BloomConfig(vocab_size=64, hidden_size=32, n_layer=layers, n_head=HEADS, hidden_dropout=0.0,
-                      attention_dropout=0.0, initializer_range=0.1, pad_token_id=0, bos_token_id=1,
-                      eos_token_id=2)
-    model = BloomForCausalLM(cfg)
-    with torch.no_grad():  # sharpen attention so τ has a visible effect
-        for block in model.transformer.h:
-            block.self_attention.query_key_value.weight.mul_(2.0)
-    return model.eval()
+HEADS = 4  # tiny_bloom's heads
+sharp_bloom = partial(tiny_bloom, sharpen=True)  # attention peaked enough for τ to show
 
 
 def left_padded_batch() -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,7 +83,7 @@ def logits_of(model, ids, mask, **kwargs):
 def test_family_supports_temperature_and_patches_modules():
     family = get_family("bloom")
     assert family.supports_temperature
-    model = tiny_bloom()
+    model = sharp_bloom()
     modules = family.temperature_modules(model, "encoder")
     assert len(modules) == 2 and all(type(m) is TemperatureBloomAttention for m in modules)
     assert family.temperature_modules(model, "all") == modules  # idempotent, same modules
@@ -103,8 +91,8 @@ def test_family_supports_temperature_and_patches_modules():
 
 def test_tau_one_is_identical_to_stock():
     ids, mask = left_padded_batch()
-    stock = tiny_bloom()
-    ours = tiny_bloom()
+    stock = sharp_bloom()
+    ours = sharp_bloom()
     set_temperature(get_family("bloom").temperature_modules(ours, "all"), 1.0)
     assert torch.equal(logits_of(ours, ids, mask), logits_of(stock, ids, mask))
     assert torch.equal(logits_of(ours, ids, None), logits_of(stock, ids, None))
@@ -113,18 +101,18 @@ def test_tau_one_is_identical_to_stock():
 @pytest.mark.parametrize("tau", [0.6, 1.5])
 def test_tau_matches_reference_with_left_padding(tau):
     ids, mask = left_padded_batch()
-    model = tiny_bloom()
+    model = sharp_bloom()
     set_temperature(get_family("bloom").temperature_modules(model, "all"), tau)
     ours = logits_of(model, ids, mask)
     ref = reference_logits(model, ids, mask, tau)
     valid = mask.bool()
     torch.testing.assert_close(ours[valid], ref[valid], atol=2e-5, rtol=1e-5)
-    assert (ours[valid] - logits_of(tiny_bloom(), ids, mask)[valid]).abs().max() > 1e-2  # τ has an effect
+    assert (ours[valid] - logits_of(sharp_bloom(), ids, mask)[valid]).abs().max() > 1e-2  # τ has an effect
 
 
 def test_query_blocks_give_the_same_result(monkeypatch):
     ids, mask = left_padded_batch()
-    model = tiny_bloom()
+    model = sharp_bloom()
     set_temperature(get_family("bloom").temperature_modules(model, "all"), 0.8)
     whole = logits_of(model, ids, mask)
     monkeypatch.setattr(bloom_attn, "QUERY_BLOCK", 5)
@@ -133,13 +121,13 @@ def test_query_blocks_give_the_same_result(monkeypatch):
 
 def test_per_layer_tau_and_clearing():
     ids, mask = left_padded_batch()
-    model = tiny_bloom()
+    model = sharp_bloom()
     modules = get_family("bloom").temperature_modules(model, "all")
     set_temperature(modules, [1.0, 0.7])
-    assert not torch.equal(logits_of(model, ids, mask), logits_of(tiny_bloom(), ids, mask))
+    assert not torch.equal(logits_of(model, ids, mask), logits_of(sharp_bloom(), ids, mask))
     for m in modules:
         delattr(m, TAU_ATTR)
-    assert torch.equal(logits_of(model, ids, mask), logits_of(tiny_bloom(), ids, mask))
+    assert torch.equal(logits_of(model, ids, mask), logits_of(sharp_bloom(), ids, mask))
 
 
 def test_works_with_explicit_alibi_positions():
@@ -150,7 +138,7 @@ def test_works_with_explicit_alibi_positions():
     mask = torch.ones_like(ids)
     tau = 0.7
     for explicit_first in (True, False):
-        model = tiny_bloom()
+        model = sharp_bloom()
         if explicit_first:
             enable_explicit_alibi(model)
         modules = enable_temperature(model)
@@ -166,7 +154,7 @@ def test_works_with_explicit_alibi_positions():
 
 def test_backward_through_temperature():
     ids, mask = left_padded_batch()
-    model = tiny_bloom().train()
+    model = sharp_bloom().train()
     set_temperature(enable_temperature(model), 0.8)
     out = model(input_ids=ids, attention_mask=mask, labels=ids)
     out.loss.backward()
@@ -188,7 +176,7 @@ def _naive_stats(probs_per_layer, mask):
 @pytest.mark.parametrize("tau", [1.0, 0.7])
 def test_stats_equal_naive_computation(tau):
     ids, mask = left_padded_batch()
-    model = tiny_bloom()
+    model = sharp_bloom()
     modules = enable_temperature(model)
     set_temperature(modules, tau)
     with AttentionStats(modules) as stats, torch.no_grad():
@@ -206,7 +194,7 @@ def test_layer0_logit_vector_equals_naive():
     ids, _ = left_padded_batch()
     ids = ids[:1]
     mask = torch.ones_like(ids)
-    model = tiny_bloom()
+    model = sharp_bloom()
     modules = enable_temperature(model)
     set_temperature(modules, 0.8)
     with AttentionStats(modules, logit_vector=True) as stats, torch.no_grad():
@@ -230,9 +218,8 @@ def test_layer0_logit_vector_equals_naive():
 
 def test_find_s_on_loaded_bloom():
     ids, mask = left_padded_batch()
-    model = tiny_bloom()
-    loaded = LoadedModel("tiny-bloom", model, tokenizer=None, family=get_family("bloom"), l_tr=24,
-                         device=torch.device("cpu"))
+    model = sharp_bloom()
+    loaded = loaded_model(model, "bloom", 24, name="tiny-bloom")
     batch = {"input_ids": ids, "attention_mask": mask}
     s1 = find_s(loaded, [batch], 1.0, "pmax", scope="all")
     s_cold = find_s(loaded, [batch], 0.5, "pmax", scope="all")
@@ -240,7 +227,7 @@ def test_find_s_on_loaded_bloom():
     assert s_cold > s1  # a lower temperature sharpens attention
     # S̄ at τ = 1 equals the naive mean over stock BLOOM's own attention probabilities
     with torch.no_grad():
-        attn = tiny_bloom()(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+        attn = sharp_bloom()(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
     pmax, entropy = _naive_stats(attn, mask)
     assert s1 == pytest.approx(float(pmax.mean()), abs=1e-5)
     assert h1 == pytest.approx(float(entropy.mean()), abs=1e-5)

@@ -7,8 +7,7 @@ import torch
 from conftest import tiny_t5
 
 from lengthx.attention.stats import AttentionStats
-from lengthx.attention.t5_efficient import (
-    BLOCK_ELEMENTS,
+from lengthx.attention.t5_bias import (
     SETTINGS_ATTR,
     RelativeBiasTable,
     disable_efficient_t5,
@@ -17,6 +16,7 @@ from lengthx.attention.t5_efficient import (
     relative_bias_table,
 )
 from lengthx.attention.temperature import set_temperature
+from lengthx.attention.tiled_softmax import BLOCK_ELEMENTS
 from lengthx.models.families import get_family
 
 TOL = 1e-4

@@ -64,11 +64,14 @@ def _published_numbers(path: Path) -> int:
 
 @pytest.fixture(scope="module")
 def paper_plan() -> str:
+    """``lengthx plan profile=paper``: composes every experiment of the paper profile in a subprocess, which
+    makes each test that uses it slow."""
     p = _lengthx(["plan", "profile=paper"])
     assert p.returncode == 0, p.stderr[-3000:]
     return p.stdout
 
 
+@pytest.mark.slow
 def test_plan_lists_every_published_cell(paper_plan):
     cells, counts = _listed(paper_plan)
     assert len(cells) == len(set(cells))  # every cell listed once
@@ -84,12 +87,13 @@ def test_plan_lists_every_published_cell(paper_plan):
         published = _published_numbers(PAPER_TABLES / name)
         for table_id in ids:
             assert counts[table_id] == published, (table_id, counts[table_id], published)
-    # the issue's counts, spelled out: Table 3, 4, 5/14, 6/12/13 and the code key sentence of §5.4
+    # the published counts, spelled out: Tables 3, 4, 14 and 12 of paper A
     assert (counts["aa_table3"], counts["aa_table4"], counts["aa_table14"], counts["aa_table12"]) == (60, 208, 180, 75)
     # §5.4 reports code key retrieval in its text: four numbers (none, P_max, H, log), kept in the spec
     assert counts["aa_code_key"] == len(CODE_KEY.paper_values) == 4
 
 
+@pytest.mark.slow
 def test_plan_cells_are_the_papers_models_methods_and_settings(paper_plan):
     cells = [tuple(c.split("|")) for c in _listed(paper_plan)[0]]
     retrieval = {c for c in cells if c[2] in ("topics", "lines", "passkey") and c[1] != "stats"}
@@ -103,6 +107,7 @@ def test_plan_cells_are_the_papers_models_methods_and_settings(paper_plan):
     assert {(c[0], c[3]) for c in cells if c[1] == "stats"} >= {("flan-t5-xl", "L_tr"), ("flan-t5-xl", "55k")}
 
 
+@pytest.mark.slow
 def test_hydra_dry_run_lists_the_sweep_and_writes_nothing(paper_plan, tmp_path):
     res = tmp_path / "res"
     p = _lengthx(["run", "-m", "experiment=aa_table3", "profile=paper", f"results_dir={res}", "--dry-run"])
@@ -163,6 +168,7 @@ def test_longchat_prompts_are_wrapped_in_its_chat_template(tiny_llama_dir, tmp_p
         assert rec["meta"]["chat_template"] == "USER: {prompt} ASSISTANT:"
 
 
+@pytest.mark.slow
 def test_longchat_runs_through_the_cli(tiny_llama_dir, tmp_path):
     p = _lengthx(["run", "model=longchat-13b-16k", f"model.path={tiny_llama_dir}", "model.l_tr=64",
                   "task=lines", "method=none", "task.num_examples=2", "task.settings=[3]", f"results_dir={tmp_path}"])

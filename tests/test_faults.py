@@ -77,7 +77,8 @@ def _latest(results: Path) -> dict[tuple[str, str], float]:
 
 @pytest.fixture(scope="module")
 def finished(tiny_model_dir, tmp_path_factory) -> Path:
-    """Two finished passkey cells (320 and 400 tokens, 2 examples each) in a results directory."""
+    """Two finished passkey cells (320 and 400 tokens, 2 examples each) in a results directory (a CLI run, so
+    the tests that use it are marked slow)."""
     res = tmp_path_factory.mktemp("finished") / "res"
     p = run_command(_args(tiny_model_dir, res))
     assert p.returncode == 0, p.stderr[-3000:]
@@ -91,6 +92,7 @@ def _copy(src: Path, tmp_path: Path) -> Path:
 
 
 # ---- results.csv -------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_torn_row_is_set_aside_and_its_cell_recomputed(finished, tiny_model_dir, tmp_path):
     res = _copy(finished, tmp_path)
     csv = res / "results.csv"
@@ -115,6 +117,7 @@ def test_torn_row_is_set_aside_and_its_cell_recomputed(finished, tiny_model_dir,
     assert len(_latest(res)) == len(_latest(finished)) + 2
 
 
+@pytest.mark.slow
 def test_deleted_header_stops_before_any_work(finished, tiny_model_dir, tmp_path):
     res = _copy(finished, tmp_path)
     csv = res / "results.csv"
@@ -126,6 +129,7 @@ def test_deleted_header_stops_before_any_work(finished, tiny_model_dir, tmp_path
     _user_error(run_command(["tables", "--results-dir", str(res), "--out", str(tmp_path / "t")]), str(csv), "line 1")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("garbage", [b"\x00\xff\xfe\x01 garbage bytes\n", b"1,2,three\n"], ids=["binary", "fields"])
 def test_garbage_in_the_csv_stops_before_any_work(garbage, finished, tiny_model_dir, tmp_path):
     res = _copy(finished, tmp_path)
@@ -140,6 +144,7 @@ def test_garbage_in_the_csv_stops_before_any_work(garbage, finished, tiny_model_
 
 
 # ---- records and caches ------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["torn", "no-id", "non-utf8"])
 def test_a_bad_records_line_is_set_aside_and_its_example_recomputed(kind, finished, tiny_model_dir, tmp_path):
     res = _copy(finished, tmp_path)
@@ -300,6 +305,7 @@ def test_a_bad_override_stops_before_a_model_loads(case, tiny_model_dir, tmp_pat
     assert not (tmp_path / "res").exists()  # nothing was started
 
 
+@pytest.mark.slow
 def test_debug_shows_the_traceback(tiny_model_dir, tmp_path):
     args = [*_args(tiny_model_dir, tmp_path / "res", n=1, settings="[320]"), "task.num_examples=0"]
     args = [a for a in args if a != "task.num_examples=1"]
@@ -345,6 +351,7 @@ def test_read_only_results_dir(hydra_dir, tiny_model_dir, tmp_path):
     assert time.time() - start < 60 and not (tmp_path / "hydra").exists()
 
 
+@pytest.mark.slow
 def test_empty_model_dir(tmp_path):
     empty = tmp_path / "model"
     empty.mkdir()
@@ -352,6 +359,7 @@ def test_empty_model_dir(tmp_path):
                 str(empty), "config.json")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["truncated", "missing"])
 def test_a_damaged_shard_is_named(damage, tmp_path):
     model = tmp_path / "mini-t5"
@@ -368,6 +376,7 @@ def test_a_damaged_shard_is_named(damage, tmp_path):
 
 
 # ---- Ctrl-C and per-example records -------------------------------------------------------------------------
+@pytest.mark.slow
 def test_ctrl_c_keeps_finished_examples_and_says_how_to_resume(tiny_model_dir, tmp_path):
     res = tmp_path / "res"
     args = _args(tiny_model_dir, res, n=6)
@@ -429,6 +438,7 @@ class _Payload:
         return (open, (str(self.marker), "w"))
 
 
+@pytest.mark.slow
 def test_a_pickle_planted_in_a_training_checkpoint_is_refused(models, corpus, tmp_path):
     from lengthx.cli.train import compose_train_config
     from lengthx.segmented.loop import train
@@ -457,14 +467,13 @@ def test_an_accelerate_checkpoint_resumes_with_weights_only_loads(tmp_path):
     file through the weights-only unpickler; a pickle planted there is refused as well."""
     import torch
     from accelerate import Accelerator
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from conftest import tiny_gpt2
 
     from lengthx.segmented.checkpoints import CheckpointParts, load_checkpoint
     from lengthx.segmented.loop import TrainerState, WarmupCosine, build_optimizer
 
     def parts(seed: int) -> CheckpointParts:
-        torch.manual_seed(seed)
-        model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, n_positions=16))
+        model = tiny_gpt2(seed, attn=None, n_embd=16, n_layer=1, n_head=2, n_positions=16).train()
         optimizer = build_optimizer(model, 1e-2, 0.1, (0.9, 0.95))
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupCosine(2, 10))
         accelerator = Accelerator(cpu=True)

@@ -42,6 +42,7 @@ def test_shipped_checkpoint_is_small_fp16_and_its_card_quotes_the_measured_numbe
     assert meta["steps"] == 3000 and meta["l_tr"] == 128 and meta["continuation"] == 64
 
 
+@pytest.mark.slow
 def test_held_out_numbers_at_l_tr_match_the_model_card(meta):
     """Perplexity (lm) and next-line EM / ES (code_completion) at L_tr, recomputed from the shipped weights."""
     got = _script().card_metrics(CKPT, meta["l_tr"], meta["n_eval"])

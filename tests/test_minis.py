@@ -128,6 +128,7 @@ def test_shipped_decoder_mini_beats_unigram_on_held_out_files(name):
     assert mean == pytest.approx(meta["ppl"], rel=1e-3)  # the card's number, from the shipped fp16 weights
 
 
+@pytest.mark.slow
 def test_accelerate_launch_cpu_trains_the_shipped_mini(tmp_path):
     """The README's command, `accelerate launch --cpu --num_processes 2`, on mini-gpt2 (profile=mini's gpt2).
 

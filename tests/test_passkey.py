@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from transformers import ByT5Tokenizer
-
 from lengthx.tasks.base import Setting
 from lengthx.tasks.metrics import passkey_correct
 from lengthx.tasks.passkey import FILLER_UNIT, PasskeyTask, filler, passkey_prompt
@@ -21,8 +19,8 @@ def test_prompt_format_is_the_reference():
     assert filler(200).startswith(FILLER_UNIT + " The grass") and len(filler(200)) == 200
 
 
-def test_examples_fit_tokens_and_are_seeded():
-    tok = ByT5Tokenizer()
+def test_examples_fit_tokens_and_are_seeded(byt5):
+    tok = byt5
     task = PasskeyTask()
     ex = task.examples(Setting("1k", 1000, "tokens"), tok, 5, seed=3)
     assert all(abs(e.actual_tokens - 1000) / 1000 <= 0.02 and e.requested_tokens == 1000 for e in ex)

@@ -6,14 +6,8 @@ import math
 
 import pytest
 import torch
-from transformers import (
-    BloomConfig,
-    BloomForCausalLM,
-    GPT2Config,
-    GPT2LMHeadModel,
-    GPTNeoXConfig,
-    GPTNeoXForCausalLM,
-)
+from conftest import tiny_bloom, tiny_gpt2, tiny_neox
+from transformers import BloomForCausalLM, GPT2LMHeadModel
 
 from lengthx.segmented.models import (
     enable_explicit_alibi,
@@ -111,21 +105,6 @@ def test_key_bias_and_full_bias_give_the_same_attention():
 
 
 # ---- BLOOM with explicit positions ------------------------------------------------------------------------
-def tiny_bloom(seed: int = 0, layers: int = 2) -> BloomForCausalLM:
-    torch.manual_seed(seed)
-    cfg = BloomConfig(
-        vocab_size=64,
-        hidden_size=32,
-        n_layer=layers,
-        n_head=4,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-        attn_implementation="eager",
-    )
-    return BloomForCausalLM(cfg).eval()
-
-
 def test_bloom_explicit_contiguous_positions_equal_stock():
     stock = tiny_bloom()
     ids = torch.randint(3, 64, (2, 20), generator=torch.Generator().manual_seed(0))
@@ -194,37 +173,6 @@ def test_bloom_body_takes_position_ids_and_trains():
 
 
 # ---- GPT-2 / GPT-NeoX with position ids -------------------------------------------------------------------
-def tiny_gpt2(n_positions: int = 64) -> GPT2LMHeadModel:
-    torch.manual_seed(0)
-    cfg = GPT2Config(
-        vocab_size=64,
-        n_embd=32,
-        n_layer=2,
-        n_head=4,
-        n_positions=n_positions,
-        bos_token_id=1,
-        eos_token_id=2,
-        attn_implementation="eager",
-    )
-    return GPT2LMHeadModel(cfg).eval()
-
-
-def tiny_neox(max_positions: int = 64) -> GPTNeoXForCausalLM:
-    torch.manual_seed(0)
-    cfg = GPTNeoXConfig(
-        vocab_size=64,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=max_positions,
-        bos_token_id=1,
-        eos_token_id=2,
-        attn_implementation="eager",
-    )
-    return GPTNeoXForCausalLM(cfg).eval()
-
-
 @pytest.mark.parametrize("make", [tiny_gpt2, tiny_neox], ids=["gpt2", "neox"])
 def test_segmented_forward_equals_full_forward_restricted_to_the_kept_tokens(make):
     """A segmented sequence at original positions = the long sequence with every other token masked out."""
@@ -279,7 +227,7 @@ def test_extend_ape_grows_wpe_by_interpolation(tmp_path):
 
 
 def test_extend_rope_and_prepare_for_length():
-    neox = tiny_neox(max_positions=16)
+    neox = tiny_neox(max_position_embeddings=16)
     assert extend_rope(neox, 64) and neox.config.max_position_embeddings == 64
     info = prepare_for_length(tiny_gpt2(n_positions=16), "gpt2", 48)
     assert info["ape_interpolated"] and (info["positions_before"], info["positions_after"]) == (16, 48)

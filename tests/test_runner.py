@@ -34,6 +34,7 @@ def _rows(results: Path) -> pd.DataFrame:
     return df.drop(columns=["seconds", "timestamp", "git_commit"]).sort_values(["cell", "metric"]).reset_index(drop=True)
 
 
+@pytest.mark.slow
 def test_run_writes_rows_and_tables(tiny_model_dir, tmp_path):
     # L_tr = 30 scales the paper's passkey lengths (5405…14865 tokens at L_tr 512) to 317…871 tokens
     res = tmp_path / "res"
@@ -65,6 +66,7 @@ def test_run_writes_rows_and_tables(tiny_model_dir, tmp_path):
     assert r"\toprule" in tex and r"w/ $\log_{L_{ex}} L_{tr}$" in tex and "mini-T5" in tex
 
 
+@pytest.mark.slow
 def test_resume_after_kill_matches_uninterrupted(tiny_model_dir, tmp_path):
     args = ["run", "task=passkey", "method=none"]
     clean = tmp_path / "clean"
@@ -95,6 +97,7 @@ def test_resume_after_kill_matches_uninterrupted(tiny_model_dir, tmp_path):
         assert after[: len(lines)] == lines  # finished examples kept, not recomputed
 
 
+@pytest.mark.slow
 def test_retrained_weights_at_the_same_path_are_not_counted_as_done(tiny_model_dir, tmp_path):
     """A finished cell belongs to the weights it scored: new weights at the same path run it again."""
     import shutil
@@ -117,6 +120,7 @@ def test_retrained_weights_at_the_same_path_are_not_counted_as_done(tiny_model_d
     assert len(both) == 2 * len(first) and both["config_hash"].nunique() == 2 * first["config_hash"].nunique()
 
 
+@pytest.mark.slow
 def test_unknown_names_fail_with_the_valid_list():
     for arg, group in (("task=pasky", "task"), ("model=nope", "model")):
         p = run_command(["run", arg])

@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import tiny_t5
 
-from lengthx.attention import t5_efficient
+from lengthx.attention import tiled_softmax
 from lengthx.attention.stats import (
     EXP_FLOOR,
     AttentionStats,
@@ -16,8 +16,8 @@ from lengthx.attention.stats import (
     softmax_sums_,
     stats_from_sums,
 )
-from lengthx.attention.t5_efficient import enable_efficient_t5
-from lengthx.attention.temperature import set_temperature
+from lengthx.attention.t5_bias import RelativeBiasTable, enable_efficient_t5
+from lengthx.attention.temperature import AttentionCall, set_temperature
 from lengthx.models.families import get_family
 
 PATHS = ["temperature", "efficient", "efficient-holes"]
@@ -239,9 +239,9 @@ def test_row_dot_paths():
 def test_chunked_explicit_path_stats(monkeypatch, dtype, holes):
     """Tiles of a few rows, split into chunks of one or two rows (the CPU layout at long lengths): the
     statistics match the naive reference, and capturing them leaves the attention output bit-identical."""
-    monkeypatch.setattr(t5_efficient, "BLOCK_ELEMENTS", 5 * 60)
-    monkeypatch.setattr(t5_efficient, "MIN_BLOCK_ROWS", 5)
-    monkeypatch.setattr(t5_efficient, "CHUNK_ELEMENTS", 2 * 60 - 1)
+    monkeypatch.setattr(tiled_softmax, "BLOCK_ELEMENTS", 5 * 60)
+    monkeypatch.setattr(tiled_softmax, "MIN_BLOCK_ROWS", 5)
+    monkeypatch.setattr(tiled_softmax, "CHUNK_ELEMENTS", 2 * 60 - 1)
     ids, mask = _padded(holes=holes)
     tau = 0.8
     model = tiny_t5().to(dtype)
@@ -264,9 +264,9 @@ def test_chunked_explicit_path_stats(monkeypatch, dtype, holes):
 def test_explicit_path_row_dependent_mask(monkeypatch, with_stats):
     """A mask that differs between query rows (not a padding mask) is added chunk by chunk with the right
     rows: the output and the statistics equal a naive softmax((QKᵀ·scaling + bias)/τ + mask)·V."""
-    monkeypatch.setattr(t5_efficient, "BLOCK_ELEMENTS", 4 * 23)
-    monkeypatch.setattr(t5_efficient, "MIN_BLOCK_ROWS", 4)
-    monkeypatch.setattr(t5_efficient, "CHUNK_ELEMENTS", 2 * 23)
+    monkeypatch.setattr(tiled_softmax, "BLOCK_ELEMENTS", 4 * 23)
+    monkeypatch.setattr(tiled_softmax, "MIN_BLOCK_ROWS", 4)
+    monkeypatch.setattr(tiled_softmax, "CHUNK_ELEMENTS", 2 * 23)
     g = torch.Generator().manual_seed(7)
     b, h, n, d, tau = 2, 3, 23, 8, 0.9
     q, k, v = (torch.randn(b, h, n, d, generator=g) for _ in range(3))
@@ -275,9 +275,9 @@ def test_explicit_path_row_dependent_mask(monkeypatch, with_stats):
     mask = torch.zeros(b, 1, n, n).masked_fill(~keep, torch.finfo(torch.float32).min)
     module = torch.nn.Module().eval()
     stats = AttentionStats([module]) if with_stats else None
-    out = t5_efficient.RelativeBiasTable(table, n, n, backend="explicit").attend(
-        module, q, k, v, mask, scaling=0.5, tau=tau, stats=stats)
-    dense = t5_efficient.RelativeBiasTable(table, n, n).dense()
+    out = RelativeBiasTable(table, n, n, backend="explicit").attend(
+        AttentionCall(module, q, k, v, mask, scaling=0.5, tau=tau, stats=stats))
+    dense = RelativeBiasTable(table, n, n).dense()
     p = torch.softmax((q @ k.transpose(-1, -2) * 0.5 + dense) / tau + mask, -1)
     assert torch.allclose(out, (p @ v).transpose(1, 2), atol=1e-5)
     if with_stats:

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import torch
 from omegaconf import OmegaConf
-from transformers import AutoTokenizer, ByT5Tokenizer
+from transformers import AutoTokenizer
 
 from lengthx.data.corpora import stdlib_sources
 from lengthx.data.fitting import count_tokens, truncate_prompt
@@ -45,11 +45,6 @@ CONF = ROOT / "lengthx" / "conf" / "task"
 MINI_TOKENIZER = ROOT / "lengthx" / "checkpoints" / "mini-t5"
 PAPER_TABLES = ROOT / "lengthx" / "published" / "attention-alignment-tables"
 NEW_TASKS = ("lines", "topics", "mdqa", "code_completion", "code_key", "lm")
-
-
-@pytest.fixture(scope="module")
-def byt5():
-    return ByT5Tokenizer()
 
 
 @pytest.fixture(scope="module")
@@ -418,13 +413,10 @@ def test_truncate_prompt_keeps_the_last_l_tr_tokens(byt5):
 
 
 def test_lm_evaluate_matches_the_model_loss(byt5):
-    from conftest import tiny_t5
+    from conftest import loaded_model, tiny_byte_t5
 
-    from lengthx.models.families import get_family
-    from lengthx.models.loading import LoadedModel
-
-    model = tiny_t5(attn="sdpa", vocab_size=384, d_model=32, num_heads=2, d_kv=16)
-    loaded = LoadedModel("tiny", model, byt5, get_family("t5"), 64, torch.device("cpu"))
+    model = tiny_byte_t5()
+    loaded = loaded_model(model, "t5", 64, byt5)
     task = LMTask(continuation_tokens=16)
     ex = task.examples(Setting("120", 120, "tokens"), byt5, 3, seed=0)
     scores = task.evaluate(loaded, ex, batch_size=2)  # padded batch of 2 + a batch of 1

@@ -2,7 +2,8 @@
 
 :func:`align_temperature` picks τ_ex from :data:`TEMPERATURE_GRID` (or by bisection) so that the mean maximum
 probability (or entropy) S̄_ex(τ) of the calibration examples at L_ex matches S̄_tr(1) at the training length;
-:func:`calibrate` runs it on a loaded model, :func:`calibrate_per_layer` once per attention layer.
+:func:`calibrate` runs it on a loaded model, :func:`calibrate_per_layer` once per attention layer, both as
+:class:`CalibrationOptions` say.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ TEMPERATURE_GRID: tuple[float, ...] = tuple(round(1.0 - 0.05 * i, 2) for i in ra
 
 
 MODES = ("pmax", "entropy")
+Batches = Sequence[dict[str, Any]]  # encoded examples, one dict of model inputs each
 
 
 @dataclass
@@ -77,28 +79,41 @@ def align_temperature(
     return Alignment(tau=best, target=target, evaluated=dict(sorted(cache.items(), reverse=True)))
 
 
-def find_s(
-    loaded: Any, batches: Sequence[dict[str, Any]], tau: float, mode: str, scope: str = "encoder",
-    row_stride: int = 1,
-) -> float:
+def find_s(loaded: Any, batches: Batches, tau: float, mode: str, scope: str = "encoder", row_stride: int = 1) -> float:
     """FINDS(τ, M) of Algorithm 1: S̄ over all watched layers, heads and valid query rows of ``batches``
     (every ``row_stride``-th query row when > 1: an estimate at a fraction of the cost)."""
     return capture_stats(loaded, batches, tau, scope, row_stride=row_stride).mean(mode)
 
 
-def calibrate(
-    loaded: Any,
-    reference: Sequence[dict[str, Any]],
-    extrapolation: Sequence[dict[str, Any]],
-    mode: str,
-    scope: str = "encoder",
-    search: str = "grid",
-    row_stride: int = 1,
-) -> Alignment:
+@dataclass(frozen=True)
+class CalibrationOptions:
+    """How Algorithm 1 measures and searches (config ``method`` and ``calibration.row_stride``).
+
+    ``mode``: the statistic S̄, ``pmax`` or ``entropy``; ``scope``: the attention modules that get τ and are
+    watched (``encoder`` …); ``search``: ``grid`` (the paper) or ``bisect``; ``row_stride``: every
+    ``row_stride``-th query row only (> 1: an estimate at a fraction of the cost).
+    """
+
+    mode: str
+    scope: str = "encoder"
+    search: str = "grid"
+    row_stride: int = 1
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"unknown alignment mode {self.mode!r}; valid: {', '.join(MODES)}")
+
+    def capture(self, loaded: Any, batches: Batches, tau: float | Sequence[float]) -> Any:
+        """The attention statistics of ``batches`` at ``tau`` (one value, or one per watched module)."""
+        return capture_stats(loaded, batches, tau, self.scope, row_stride=self.row_stride)
+
+
+def calibrate(loaded: Any, reference: Batches, extrapolation: Batches, options: CalibrationOptions) -> Alignment:
     """Algorithm 1 end to end: S̄_tr(1) on length-L_tr batches, then τ_ex on the extrapolation batches."""
-    target = find_s(loaded, reference, 1.0, mode, scope, row_stride)
-    return align_temperature(lambda t: find_s(loaded, extrapolation, t, mode, scope, row_stride), target, mode,
-                             search)
+    mode = options.mode
+    target = options.capture(loaded, reference, 1.0).mean(mode)  # FINDS(1, M) at L_tr, as find_s
+    return align_temperature(lambda t: options.capture(loaded, extrapolation, t).mean(mode), target, mode,
+                             options.search)
 
 
 def _per_layer(stats: Any, mode: str) -> list[float]:
@@ -106,29 +121,23 @@ def _per_layer(stats: Any, mode: str) -> list[float]:
     return [float(x) for x in per_head.mean(1)]
 
 
-def calibrate_per_layer(
-    loaded: Any,
-    reference: Sequence[dict[str, Any]],
-    extrapolation: Sequence[dict[str, Any]],
-    mode: str,
-    scope: str = "encoder",
-    search: str = "grid",
-    row_stride: int = 1,
-) -> list[Alignment]:
+def calibrate_per_layer(loaded: Any, reference: Batches, extrapolation: Batches,
+                        options: CalibrationOptions) -> list[Alignment]:
     """Per-layer Algorithm 1 (paper A, Limitations: proposed as future work): one τ per attention module.
 
     Layer ℓ's τ is aligned with layers < ℓ already at their chosen τ (a layer's statistic does not depend on
     the layers after it), so the layers are aligned one after another, each by the same grid/bisect search.
     """
-    targets = _per_layer(capture_stats(loaded, reference, 1.0, scope, row_stride=row_stride), mode)
+    mode = options.mode
+    targets = _per_layer(options.capture(loaded, reference, 1.0), mode)
     taus = [1.0] * len(targets)
     out = []
     for layer, target in enumerate(targets):
         def statistic(t: float, layer: int = layer) -> float:
             trial = taus[:layer] + [t] + taus[layer + 1:]
-            return _per_layer(capture_stats(loaded, extrapolation, trial, scope, row_stride=row_stride), mode)[layer]
+            return _per_layer(options.capture(loaded, extrapolation, trial), mode)[layer]
 
-        result = align_temperature(statistic, target, mode, search)
+        result = align_temperature(statistic, target, mode, options.search)
         taus[layer] = result.tau
         out.append(result)
     return out

@@ -1,7 +1,7 @@
 """Attention statistics for Algorithm 1 and Propositions 1-2 (paper A §4-§5, docs/design.md §5, §9).
 
 An :class:`AttentionStats` is attached to the attention modules it watches; the attention paths
-(``lengthx.attention.temperature`` and ``lengthx.attention.t5_efficient``) feed it one query block at a
+(``lengthx.attention.temperature`` and ``lengthx.attention.tiled_softmax``) feed it one query block at a
 time, so no more than one block of scores ever exists. Only *valid* query rows count (a padding token's own
 row is skipped), and masked keys carry zero probability, so they drop out of both statistics.
 
@@ -328,7 +328,7 @@ class AttentionStats:
 def _sort_rows_(x: torch.Tensor) -> torch.Tensor:
     """Sort the last dim of a float32 tensor ascending, in place when it lives on the CPU.
 
-    NumPy's SIMD sort is ~20x faster than ``torch.sort`` on this CPU and needs no int64 index tensor.
+    NumPy's SIMD sort is much faster than ``torch.sort`` on CPU and needs no int64 index tensor.
     """
     if x.device.type == "cpu" and x.is_contiguous():
         x.numpy().sort(axis=-1)

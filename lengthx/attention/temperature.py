@@ -8,7 +8,7 @@ through stock SDPA unchanged, so τ = 1 is bit-identical to stock transformers.
 
 Any family whose attention dispatches through ``AttentionInterface`` (T5, GPT-2, GPT-NeoX, LLaMA) is served
 by the same function; which modules receive τ is decided by the family adapter (``lengthx.models.families``).
-When T5's ``position_bias`` is a table of relative offsets (``lengthx.attention.t5_efficient``, docs/design.md §9)
+When T5's ``position_bias`` is a table of relative offsets (``lengthx.attention.t5_bias``, docs/design.md §9)
 rather than a tensor, the call is handed to that object's memory-efficient path, with the same τ and
 statistics semantics.
 """
@@ -16,6 +16,8 @@ statistics semantics.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from transformers import AttentionInterface
@@ -51,6 +53,25 @@ def _rows(t: torch.Tensor | None, q0: int, q1: int) -> torch.Tensor | None:
     return t[..., q0:q1, :]
 
 
+@dataclass(frozen=True)
+class AttentionCall:
+    """One call of the registered attention function: the arguments transformers' ``AttentionInterface``
+    passes (``position_bias``: T5's bias tensor, or the offset table of ``lengthx.attention.t5_bias``), with
+    the τ and the statistics (if any) read from the module. Every path that computes the call takes it whole:
+    SDPA, the query-blocked explicit softmax below, and ``RelativeBiasTable.attend``."""
+
+    module: torch.nn.Module
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    attention_mask: torch.Tensor | None
+    scaling: float | None = None
+    dropout: float = 0.0
+    position_bias: Any = None
+    tau: float = 1.0
+    stats: AttentionStats | None = None
+
+
 def temperature_attention(
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -68,35 +89,24 @@ def temperature_attention(
     :class:`~lengthx.attention.stats.AttentionStats`, P_max and entropy of every valid query row are
     accumulated from the same scores (Algorithm 1's FindS), block by block over queries.
     """
-    tau = float(getattr(module, TAU_ATTR, 1.0))
-    stats: AttentionStats | None = getattr(module, STATS_ATTR, None)
+    call = AttentionCall(module, query, key, value, attention_mask, scaling, dropout, position_bias,
+                         tau=float(getattr(module, TAU_ATTR, 1.0)), stats=getattr(module, STATS_ATTR, None))
+    stats = call.stats
     if stats is not None and stats.row_stride > 1 and not stats.wants_logits(module):
-        sampled_statistics(module, query, key, attention_mask, scaling, position_bias, tau, stats)
-        stats = None
-    return _attend(module, query, key, value, attention_mask, scaling, dropout, position_bias, tau, stats, **kwargs)
+        sampled_statistics(call)
+        call = replace(call, stats=None)
+    return _attend(call, **kwargs)
 
 
-def _attend(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float | None,
-    dropout: float,
-    position_bias: torch.Tensor | None,
-    tau: float,
-    stats: AttentionStats | None,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
-    """The attention output at ``tau``, feeding ``stats`` (if any) from every query row."""
-    if getattr(position_bias, "lengthx_efficient", False):  # T5 offset table (lengthx.attention.t5_efficient)
-        out = position_bias.attend(module, query, key, value, attention_mask, scaling=scaling,
-                                   dropout=dropout, tau=tau, stats=stats)
-        return out, None
+def _attend(call: AttentionCall, **kwargs) -> tuple[torch.Tensor, None]:
+    """The attention output at ``call.tau``, feeding ``call.stats`` (if any) from every query row."""
+    module, query, key, value, tau, stats = call.module, call.query, call.key, call.value, call.tau, call.stats
+    position_bias, scaling = call.position_bias, call.scaling
+    if getattr(position_bias, "lengthx_efficient", False):  # T5 offset table (lengthx.attention.t5_bias)
+        return position_bias.attend(call), None
     if tau == 1.0 and stats is None:
         return sdpa_attention_forward(
-            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+            module, query, key, value, call.attention_mask, dropout=call.dropout, scaling=scaling,
             position_bias=position_bias, **kwargs,
         )
     if tau <= 0:
@@ -107,7 +117,7 @@ def _attend(
     if groups > 1:  # grouped-query attention (LLaMA-style): repeat K/V heads
         key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
     q_len, k_len = query.shape[-2], key.shape[-2]
-    mask = _to_additive(attention_mask, query.dtype)
+    mask = _to_additive(call.attention_mask, query.dtype)
     if mask is None and getattr(module, "is_causal", False) and q_len > 1:
         mask = _causal_additive(q_len, k_len, query.dtype, query.device)
     key_t = key.transpose(-1, -2)
@@ -132,28 +142,19 @@ def _attend(
         probs = torch.softmax(scores.float(), dim=-1)
         if stats is not None:
             stats.add(module, probs, block_mask, key_offset=k_len - q_len + q0)
-        probs = torch.nn.functional.dropout(probs, p=dropout, training=module.training)
+        probs = torch.nn.functional.dropout(probs, p=call.dropout, training=module.training)
         out[:, :, q0:q1] = torch.matmul(probs.to(value.dtype), value)
     return out.transpose(1, 2).contiguous(), None
 
 
-def sampled_statistics(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float | None,
-    position_bias: torch.Tensor | None,
-    tau: float,
-    stats: AttentionStats,
-) -> None:
+def sampled_statistics(call: AttentionCall) -> None:
     """P_max and entropy of softmax(l/τ) for every ``stats.row_stride``-th query row only (self-attention).
 
     The scores of those rows are computed explicitly, (B, H, L/stride, L) at most, so statistics cost a
     fraction of a forward pass; the rows are evenly spaced, so their mean estimates Algorithm 1's S̄.
     """
-    if scaling is None:
-        scaling = query.shape[-1] ** -0.5
+    module, query, key, position_bias, stats = call.module, call.query, call.key, call.position_bias, call.stats
+    scaling = query.shape[-1] ** -0.5 if call.scaling is None else call.scaling
     groups = query.shape[1] // key.shape[1]
     if groups > 1:
         key = key.repeat_interleave(groups, 1)
@@ -165,8 +166,8 @@ def sampled_statistics(
         scores = scores + position_bias.table.to(scores)[:, k - rows[:, None] + q_len - 1][None]
     elif position_bias is not None:
         scores = scores + (position_bias if position_bias.shape[-2] == 1 else position_bias[..., rows, :])
-    scores = scores / tau
-    mask = _to_additive(attention_mask, scores.dtype)
+    scores = scores / call.tau
+    mask = _to_additive(call.attention_mask, scores.dtype)
     own_key = rows + (k_len - q_len)  # each row's own position among the keys
     if mask is None:
         valid = torch.ones(scores.shape[0], rows.numel(), dtype=torch.bool, device=query.device)

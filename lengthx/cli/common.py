@@ -8,10 +8,15 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lengthx.config import CONF_DIR, RUN_CONFIG, check_overrides, register_resolvers
 from lengthx.errors import UsageError, UserError, debug_enabled, one_line
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from omegaconf import DictConfig
 
 USER_ERRORS = (UserError, ValueError, FileNotFoundError, FileExistsError)  # exit status 2
 
@@ -68,7 +73,8 @@ def validate_jobs(argv: list[str], environment: bool = True) -> None:
         validate_run_config(apply_profile(compose_checked(job)), environment, checked)
 
 
-def hydra_entry(task_fn, argv: list[str], prog: str, environment: bool = True) -> None:
+def hydra_entry(task_fn: Callable[[DictConfig], None], argv: list[str], prog: str,
+                environment: bool = True) -> None:
     """Run ``task_fn(cfg)`` under Hydra with ``argv`` as overrides (so -m and launchers work), once every job's
     config is validated (``environment``: its results directory and model directory too)."""
     import hydra
@@ -93,7 +99,8 @@ def hydra_entry(task_fn, argv: list[str], prog: str, environment: bool = True) -
 DRY_RUN_CELLS: list[tuple[str, str]] = []  # (experiment, cell key) listed by the jobs of a --dry-run
 
 
-def hydra_command(task_fn, argv: list[str], prog: str, dry_run_fn=None) -> None:
+def hydra_command(task_fn: Callable[[DictConfig], None], argv: list[str], prog: str,
+                  dry_run_fn: Callable[[DictConfig], None] | None = None) -> None:
     """``hydra_entry``, or with ``--dry-run`` in ``argv``: ``dry_run_fn`` in every job of the (multi)run.
 
     A dry run lists cells and loads no model; Hydra's output goes to a temporary directory that is removed
@@ -119,7 +126,7 @@ def hydra_command(task_fn, argv: list[str], prog: str, dry_run_fn=None) -> None:
     print_plan(DRY_RUN_CELLS, argv)
 
 
-def dry_run_job(cfg, stats: bool = False) -> None:
+def dry_run_job(cfg: DictConfig, stats: bool = False) -> None:
     """One job of a --dry-run: list its cells (nothing is loaded or written)."""
     from lengthx.core.cells import experiment_skip_reason, planned_cells
 

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lengthx.cli.common import experiment_jobs, print_plan
 from lengthx.config import CONF_DIR, RUN_CONFIG, check_overrides, choices
 from lengthx.errors import debug_enabled
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 
 def plan_command(argv: list[str]) -> None:
@@ -39,7 +43,7 @@ def plan_command(argv: list[str]) -> None:
     print_plan(cells, argv)
 
 
-def run_command(cfg) -> None:
+def run_command(cfg: DictConfig) -> None:
     from lengthx.core.cells import experiment_skip_reason
     from lengthx.core.runner import Runner
     from lengthx.tasks import TASKS
@@ -66,7 +70,7 @@ def run_command(cfg) -> None:
         print(f"{s['cell']:60s} {s['status']:6s} {s.get('value', '')}")
 
 
-def calibrate_command(cfg) -> None:
+def calibrate_command(cfg: DictConfig) -> None:
     """``lengthx calibrate``: Algorithm 1 per setting, printed with the statistics that chose τ."""
     import json
 
@@ -93,7 +97,7 @@ def calibrate_command(cfg) -> None:
     print(f"cache: {Path(cfg.results_dir) / 'calibration'}")
 
 
-def stats_command(cfg) -> None:
+def stats_command(cfg: DictConfig) -> None:
     from lengthx.core.runner import Runner
     from lengthx.core.statistics import run_statistics
 

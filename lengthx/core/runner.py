@@ -18,7 +18,7 @@ from typing import Any
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from lengthx.alignment.algorithm1 import calibrate, calibrate_per_layer
+from lengthx.alignment.algorithm1 import CalibrationOptions, calibrate, calibrate_per_layer
 from lengthx.alignment.propositions import closed_form_temperature, log_temperature
 from lengthx.attention.temperature import clear_temperature, set_temperature
 from lengthx.core.cells import RUNNABLE_METHODS, Cell, cell_hash, method_id, model_identity
@@ -155,6 +155,11 @@ class Runner:
                "weights": self.weights}
         return calibration_file(Path(self.cfg.results_dir), cell, m, key), key
 
+    def calibration_options(self) -> CalibrationOptions:
+        """Algorithm 1's mode, scope and search (config ``method``) and row stride (``calibration``)."""
+        m = self.method
+        return CalibrationOptions(m.name, m.scope, m.search, int(self.cfg.calibration.get("row_stride", 1)))
+
     def aligned_temperature_with_source(self, cell: Cell) -> tuple[float | list[float], Path, bool]:
         """(τ, cache file, whether it came from the cache) of Algorithm 1 for this cell."""
         m = self.method
@@ -163,7 +168,6 @@ class Runner:
         if cached is not None:
             return cached["tau"], path, True
         n, cal = int(self.cfg.calibration.num_examples), self.cfg.calibration
-        stride = int(cal.get("row_stride", 1))
         ref_setting = Setting("L_tr", self.loaded.l_tr, "tokens")
         reference = [encode(self.loaded, [e.prompt])
                      for e in self.chat_examples(self.examples(ref_setting, cal.reference_seed_offset, n))]
@@ -174,13 +178,13 @@ class Runner:
             tau, info = closed_form_temperature(self.loaded, reference, extra, m.name, l_ex, m.scope)
             info["forward_passes"] = 2 * n
         elif m.get("per_layer", False):
-            layers = calibrate_per_layer(self.loaded, reference, extra, m.name, m.scope, m.search, stride)
+            layers = calibrate_per_layer(self.loaded, reference, extra, self.calibration_options())
             tau: float | list[float] = [r.tau for r in layers]
             info = {"target": [r.target for r in layers],
                     "evaluated": [{str(k): v for k, v in r.evaluated.items()} for r in layers],
                     "forward_passes": sum(r.forward_passes for r in layers)}
         else:
-            result = calibrate(self.loaded, reference, extra, m.name, m.scope, m.search, stride)
+            result = calibrate(self.loaded, reference, extra, self.calibration_options())
             tau = result.tau
             info = {"target": result.target, "evaluated": {str(k): v for k, v in result.evaluated.items()},
                     "forward_passes": result.forward_passes}

@@ -11,12 +11,17 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import shutil
 import sysconfig
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from lengthx.data.hub import load_hub_dataset
 from lengthx.data.splits import in_split, is_test_document
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 log = logging.getLogger("lengthx.train")
 
@@ -99,7 +104,7 @@ def _documents_dataset(items: list[tuple[str, str]]):
 
 def stdlib_documents(
     split: str, test_percent: float = 10.0, max_docs: int | None = None, root: str | None = None
-):
+) -> Dataset:
     """Mini-profile corpus: one document per standard-library source file; test files are held out."""
     base = Path(root or sysconfig.get_paths()["stdlib"])
     docs = [(str(p.relative_to(base)), p) for p in stdlib_files(base)]
@@ -138,7 +143,7 @@ def file_documents(
     max_docs: int | None = None,
     sample_by: str = "document",
     cache_dir: str | None = None,
-):
+) -> Dataset:
     """Any local text, read with ``datasets.load_dataset("text", …)``.
 
     With ``sample_by=document`` each file is one document and files are split train/test by a hash of
@@ -182,31 +187,30 @@ def extract_archive(archive: str | Path, cache: Path, sha256: str | None = None)
 
     path = Path(archive).expanduser()
     if not path.is_file():
-        raise FileNotFoundError(f"data.archive: {path} does not exist; run from the repository root, or pass "
-                                "data.archive=/absolute/path (corpora/README.md says how it is built)")
+        raise FileNotFoundError(f"data.archive: {path} does not exist (the corpora ship with the repository, not "
+                                "with a wheel): pass data.archive=/path/to/archive.tar.xz (corpora/README.md)")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     if sha256 and digest != sha256:
         raise ValueError(f"data.archive: {path} has sha256 {digest}, not the pinned data.archive_sha256={sha256}")
     out = cache / "corpora" / digest[:16]
-    if not (out / ".complete").is_file():
+    if not (out / ".complete").is_file():  # extracted beside, then moved: a torn extraction is never used
         tmp = out.with_name(out.name + ".partial")
-        tmp.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
         with tarfile.open(path, "r:xz") as tar:
             tar.extractall(tmp, filter="data")
-        tmp.replace(out) if not out.exists() else None
-        (out / ".complete").write_text(digest)
+        (tmp / ".complete").write_text(digest)
+        tmp.replace(out)
     return out
 
 
-def arxiv_documents(split: str, data_cfg: Any):
+def arxiv_documents(split: str, data_cfg: Any) -> Dataset:
     """Paper-profile corpus: the arXiv part of ``scientific_papers`` (Cohan et al., 2018), field ``article``.
 
     Uses the dataset's own train/test splits (205k / 7k papers in paper B §4.1). Needs the hub or a local
     ``datasets`` cache; ``data.hf_path`` / ``data.hf_name`` / ``data.hf_revision`` select the copy (recent
     ``datasets`` releases load script-free copies only, e.g. the hub's parquet conversion).
     """
-    from datasets import load_dataset
-
     path = data_cfg.get("hf_path") or "armanc/scientific_papers"
     name = data_cfg.get("hf_name") or "arxiv"
     field_name = data_cfg.get("text_field") or "article"
@@ -215,14 +219,10 @@ def arxiv_documents(split: str, data_cfg: Any):
         kwargs["cache_dir"] = str(Path(data_cfg.cache_dir).expanduser() / "hf")
     if data_cfg.get("hf_revision"):
         kwargs["revision"] = data_cfg.hf_revision
-    try:
-        ds = load_dataset(path, name, split=split, **kwargs)
-    except Exception as err:  # noqa: BLE001 - turn any loading failure into one actionable message
-        raise RuntimeError(
-            f"could not load {path} ({name}, split {split}): {type(err).__name__}: {err}. The paper profile "
-            "needs the hub or a local datasets cache; try data.hf_revision=refs/convert/parquet, or point "
-            "data.source=files data.files=[…] at local text."
-        ) from err
+    ds = load_hub_dataset(path, split, (field_name,), config=name, **kwargs,
+                          hint="The paper profile needs the hub or a local datasets cache; try "
+                               "data.hf_revision=refs/convert/parquet, or point data.source=files "
+                               "data.files=[…] at local text.")
     max_docs = data_cfg.get("max_docs")
     if max_docs:
         ds = ds.select(range(min(int(max_docs), len(ds))))
@@ -246,7 +246,7 @@ def resolve_source(data_cfg: Any, profile: str) -> str:
     return source
 
 
-def load_documents(data_cfg: Any, split: str, profile: str = "mini"):
+def load_documents(data_cfg: Any, split: str, profile: str = "mini") -> Dataset:
     """The documents of ``split`` as a ``datasets.Dataset`` with columns ``id`` and ``text``."""
     source = resolve_source(data_cfg, profile)
     test_percent = float(data_cfg.get("test_percent", 10))

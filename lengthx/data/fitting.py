@@ -7,9 +7,13 @@ collapse whitespace and split text unevenly (never count characters).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
-def count_tokens(tokenizer, text: str) -> int:
+def count_tokens(tokenizer: PreTrainedTokenizerBase, text: str) -> int:
     """Tokens the model's encoder sees, special tokens (e.g. T5's </s>) included."""
     return len(tokenizer(text, add_special_tokens=True)["input_ids"])
 
@@ -27,7 +31,7 @@ def bisect_largest(fits: Callable[[int], bool], lo: int, hi: int) -> int:
 
 
 def fit_to_tokens(
-    build: Callable[[int], str], tokenizer, target_tokens: int, hi: int | None = None
+    build: Callable[[int], str], tokenizer: PreTrainedTokenizerBase, target_tokens: int, hi: int | None = None
 ) -> tuple[int, str, int]:
     """Largest size ``n`` (e.g. filler characters) with ``count_tokens(build(n)) <= target_tokens``.
 
@@ -75,14 +79,15 @@ def largest_fitting(fits: Callable[[int], bool], max_k: int, guess: int) -> int:
     return bisect_largest(fits, lo, hi)
 
 
-def chars_per_token(tokenizer, text: str) -> float:
+def chars_per_token(tokenizer: PreTrainedTokenizerBase, text: str) -> float:
     """Characters per token of ``text`` (its last 4000 characters) under ``tokenizer``: a sizing guess."""
     sample = text[-4000:]
     n = len(tokenizer(sample, add_special_tokens=False)["input_ids"])
     return max(1.0, len(sample) / max(1, n))
 
 
-def suffix_with_tokens(tokenizer, text: str, n_tokens: int, add_special_tokens: bool = True) -> str:
+def suffix_with_tokens(tokenizer: PreTrainedTokenizerBase, text: str, n_tokens: int,
+                       add_special_tokens: bool = True) -> str:
     """The longest suffix of ``text`` that has at most ``n_tokens`` tokens (special tokens included when
     ``add_special_tokens``): "the last n tokens" cut at a character, re-tokenisable as the model sees it."""
     def n_of(s: str) -> int:
@@ -93,7 +98,8 @@ def suffix_with_tokens(tokenizer, text: str, n_tokens: int, add_special_tokens: 
     return text[len(text) - k:]
 
 
-def prefix_with_tokens(tokenizer, text: str, n_tokens: int, add_special_tokens: bool = False) -> str:
+def prefix_with_tokens(tokenizer: PreTrainedTokenizerBase, text: str, n_tokens: int,
+                       add_special_tokens: bool = False) -> str:
     """The longest prefix of ``text`` with at most ``n_tokens`` tokens (no special tokens by default)."""
     def n_of(s: str) -> int:
         return len(tokenizer(s, add_special_tokens=add_special_tokens)["input_ids"])
@@ -102,7 +108,7 @@ def prefix_with_tokens(tokenizer, text: str, n_tokens: int, add_special_tokens: 
     return text[:largest_fitting(lambda k: n_of(text[:k]) <= n_tokens, len(text), guess)]
 
 
-def truncate_prompt(tokenizer, prompt: str, l_tr: int) -> str:
+def truncate_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, l_tr: int) -> str:
     """The ``truncation`` baseline (paper A §5.4): keep the most recent ``l_tr`` tokens of the prompt.
 
     Returns ``prompt`` unchanged when it already fits, else its longest suffix with at most ``l_tr`` tokens

@@ -11,11 +11,14 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
 from lengthx.data.corpora import cache_root, load_documents, resolve_source
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 log = logging.getLogger("lengthx.train")
 
@@ -37,7 +40,7 @@ def _cache_root(data_cfg: Any) -> Path:
     return Path(explicit).expanduser() if explicit else cache_root(data_cfg) / "pieces"
 
 
-def piece_dataset(data_cfg: Any, tokenizer: Any, split: str, length: int, profile: str = "mini"):
+def piece_dataset(data_cfg: Any, tokenizer: Any, split: str, length: int, profile: str = "mini") -> Dataset:
     """Tokenised ``length``-token pieces of ``split`` (torch format, column ``input_ids``), cached on disk.
 
     Documents are tokenised without special tokens, cut into non-overlapping pieces, the remainder dropped;

@@ -6,11 +6,14 @@ code completion (paper A §5.4).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from lengthx.models.loading import LoadedModel
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger("lengthx")
 
@@ -51,7 +54,7 @@ class FirstLineDone:
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
-def whitespace_token_ids(tokenizer) -> list[int]:
+def whitespace_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """Ids of the tokens that decode to whitespace only (``▁``, ``\\n``, a BPE run of spaces, ...)."""
     cached = getattr(tokenizer, "_lengthx_whitespace_ids", None)
     if cached is None:

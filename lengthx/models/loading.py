@@ -172,7 +172,7 @@ def load_model(
     """Load the model described by a ``conf/model`` entry (keys: name, hub_id, path, family, l_tr, large).
 
     ``attention`` (config ``attention``: efficient, min_length, backend) selects the memory-efficient T5
-    encoder attention of ``lengthx.attention.t5_efficient``; default ``auto`` (used above 2048 tokens).
+    encoder attention of ``lengthx.attention.t5_bias``; default ``auto`` (used above 2048 tokens).
     """
     family = get_family(model_cfg.family)
     dev = resolve_device(device)
@@ -189,7 +189,7 @@ def load_model(
         model = model.to(dev)
     model.eval()
     if family.name == "t5":
-        from lengthx.attention.t5_efficient import enable_efficient_t5
+        from lengthx.attention.t5_bias import enable_efficient_t5
 
         att = attention or {}
         enable_efficient_t5(model, mode=att.get("efficient", "auto"), min_length=int(att.get("min_length", 2048)),

@@ -31,13 +31,17 @@ import random
 import sysconfig
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lengthx.data.corpora import stdlib_split
 from lengthx.data.fitting import chars_per_token, count_tokens, suffix_with_tokens
-from lengthx.data.jsonl import DataFormatError, read_jsonl
+from lengthx.data.hub import load_hub_dataset
+from lengthx.data.jsonl import read_jsonl
 from lengthx.tasks.base import Example, Setting
 from lengthx.tasks.metrics import code_exact_match, edit_similarity, first_line
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 LCC_DATASET = "microsoft/LCC_python"
 
@@ -71,25 +75,14 @@ def read_lcc_jsonl(path: str | Path) -> list[CodeRow]:
 
 def load_lcc_hf(name: str = LCC_DATASET, split: str = "test") -> list[CodeRow]:
     """LCC rows from the Hugging Face hub or local cache via ``datasets`` (fields ``context``, ``gt``)."""
-    try:
-        import datasets
-    except ImportError as err:  # pragma: no cover - datasets is a dependency
-        raise RuntimeError("loading LCC needs the 'datasets' package") from err
-    try:
-        ds = datasets.load_dataset(name, split=split)
-    except Exception as err:
-        raise RuntimeError(f"could not load the dataset {name!r} (split {split!r}) from the hub or the local "
-                           f"cache: {err}. Offline, use task.source=stdlib or task.source=jsonl "
-                           f"task.data_path=FILE with fields context and gt") from err
-    missing = [f for f in ("context", "gt") if f not in ds.column_names]
-    if missing:
-        raise DataFormatError(f"dataset {name} ({split}): missing field {missing[0]!r}; "
-                              f"columns are {ds.column_names}")
+    ds = load_hub_dataset(name, split, ("context", "gt"),
+                          hint="Offline, use task.source=stdlib or task.source=jsonl task.data_path=FILE with "
+                               "fields context and gt")
     return [CodeRow(r["context"], r["gt"], f"{name}:{split}:{i}") for i, r in enumerate(ds)]
 
 
-def stdlib_row(rng: random.Random, tokenizer, n_tokens: int, files: tuple[tuple[str, str], ...],
-               max_tries: int = 400) -> CodeRow:
+def stdlib_row(rng: random.Random, tokenizer: PreTrainedTokenizerBase, n_tokens: int,
+               files: tuple[tuple[str, str], ...], max_tries: int = 400) -> CodeRow:
     """An LCC-like row: the last ``n_tokens`` tokens (special tokens included) before a line boundary of a
     standard-library file (newline runs collapsed), and that file's next line as ``gt``."""
     for _ in range(max_tries):
@@ -164,7 +157,7 @@ class CodeCompletionTask:
         return self._lengths[key]
 
     # ---- examples --------------------------------------------------------------------------------------
-    def examples(self, setting: Setting, tokenizer, n: int, seed: int) -> list[Example]:
+    def examples(self, setting: Setting, tokenizer: PreTrainedTokenizerBase, n: int, seed: int) -> list[Example]:
         """``n`` seeded examples at ``setting`` (a ``bucket`` lower bound or an exact ``tokens`` count)."""
         if setting.unit not in ("bucket", "tokens"):
             raise ValueError(f"code_completion settings are in bucket or tokens, not {setting.unit!r}")

@@ -32,7 +32,7 @@ import sysconfig
 import tokenize
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lengthx.data.corpora import stdlib_sources
 from lengthx.data.fitting import chars_per_token, count_tokens, largest_fitting
@@ -40,6 +40,9 @@ from lengthx.data.jsonl import read_jsonl
 from lengthx.tasks.base import Example, Setting
 from lengthx.tasks.code_completion import LCC_DATASET, collapse_newlines, load_lcc_hf, resolve_source
 from lengthx.tasks.metrics import code_key_correct
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 FUNCTION_NAME = "special_function"
 KEY_FUNCTION = (
@@ -216,7 +219,7 @@ class CodeKeyTask:
                 self._files = [(r.source, r.context) for r in load_lcc_hf(self.hf_dataset, self.hf_split)]
         return self._files
 
-    def haystack(self, case: CodeKeyCase, tokenizer, min_tokens: int
+    def haystack(self, case: CodeKeyCase, tokenizer: PreTrainedTokenizerBase, min_tokens: int
                  ) -> tuple[str, list[tuple[int, str]], list[int]]:
         """Code files in the case's seeded order, joined until they exceed ``min_tokens`` tokens.
 
@@ -259,7 +262,7 @@ class CodeKeyTask:
         insert_at = min(near, key=lambda a: abs(a - target))
         return code_key_prompt(hay, insert_at, case.key)
 
-    def examples(self, setting: Setting, tokenizer, n: int, seed: int) -> list[Example]:
+    def examples(self, setting: Setting, tokenizer: PreTrainedTokenizerBase, n: int, seed: int) -> list[Example]:
         """``n`` examples of ``setting.value`` tokens (unit ``tokens``) each."""
         if setting.unit != "tokens":
             raise ValueError(f"code_key settings are in tokens, not {setting.unit!r}")

@@ -16,10 +16,14 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from lengthx.data.fitting import bisect_largest, count_tokens
 from lengthx.tasks.base import Example, Setting
 from lengthx.tasks.metrics import lines_correct
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 HEADER = (
     "Below is a record of lines I want you to remember. Each line begins with 'line <line index>' and "
@@ -275,7 +279,7 @@ class LinesTask:
         self.max_new_tokens = max_new_tokens
         self.max_lines = max_lines
 
-    def examples(self, setting: Setting, tokenizer, n: int, seed: int) -> list[Example]:
+    def examples(self, setting: Setting, tokenizer: PreTrainedTokenizerBase, n: int, seed: int) -> list[Example]:
         """``n`` examples at ``setting`` (a number of lines, or a token count fitted by bisection)."""
         out = []
         for i in range(n):

@@ -3,7 +3,7 @@
 Benchmark facts (paper A, docs/design.md §6): the LM-adapted T5 models (L_tr = 512) read L_ex = 1024, 2048, 4096,
 8192 or 15000 tokens of a long document with the encoder; Table 3 reports the average perplexity of 500
 sequences ("lower is better", ">1k" above 1000). The paper does not state the corpus or the decoder length;
-DESIGN fixes PG19's test split as the default corpus in the paper profile, and we score a continuation of
+lengthx takes PG19's test split as the default corpus in the paper profile, and we score a continuation of
 ``continuation_tokens`` = 128 tokens by default (``task.continuation_tokens``): long enough for a stable
 per-sequence perplexity, and close to the ~114-token targets T5's LM adaptation was trained with.
 
@@ -30,7 +30,7 @@ import math
 import random
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -42,7 +42,11 @@ from lengthx.data.fitting import (
     prefix_with_tokens,
     suffix_with_tokens,
 )
+from lengthx.data.hub import load_hub_dataset
 from lengthx.tasks.base import Example, Setting
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 PG19 = "deepmind/pg19"
 CONTINUATION_TOKENS = 128
@@ -64,16 +68,9 @@ def read_text_documents(path: str | Path) -> list[tuple[str, str]]:
 
 def load_hf_documents(name: str = PG19, split: str = "test", field: str = "text") -> list[tuple[str, str]]:
     """(title or index, text) documents of a Hugging Face dataset via ``datasets`` (PG19 by default)."""
-    import datasets
-
-    try:
-        ds = datasets.load_dataset(name, split=split)
-    except Exception as err:
-        raise RuntimeError(f"could not load the dataset {name!r} (split {split!r}) from the hub or the local "
-                           f"cache: {err}. Set task.hf_dataset to a PG19 copy that 'datasets' can load, or "
-                           f"task.source=text task.text_path=FILE_OR_DIR, or task.source=stdlib") from err
-    if field not in ds.column_names:
-        raise ValueError(f"dataset {name} ({split}): missing field {field!r}; columns are {ds.column_names}")
+    ds = load_hub_dataset(name, split, (field,),
+                          hint="Set task.hf_dataset to a PG19 copy that 'datasets' can load, or task.source=text "
+                               "task.text_path=FILE_OR_DIR, or task.source=stdlib")
     title = "short_book_title" if "short_book_title" in ds.column_names else None
     return [(str(r[title]) if title else f"{name}:{i}", r[field]) for i, r in enumerate(ds)]
 
@@ -136,7 +133,7 @@ class LMTask:
         hi = len(text) - k - 1
         return (lo, hi) if lo <= hi else None
 
-    def examples(self, setting: Setting, tokenizer, n: int, seed: int) -> list[Example]:
+    def examples(self, setting: Setting, tokenizer: PreTrainedTokenizerBase, n: int, seed: int) -> list[Example]:
         """``n`` sequences with ``setting.value`` encoder tokens each (unit ``tokens``).
 
         With ``same_text`` the split points are drawn for the sweep's longest context (``self.longest``), so

@@ -33,12 +33,15 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lengthx.data.fitting import bisect_largest, count_tokens, fit_to_tokens
 from lengthx.data.jsonl import DataFormatError, read_jsonl
 from lengthx.tasks.base import Example, Setting
 from lengthx.tasks.metrics import best_subspan_em
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 INSTRUCTION = (
     "Write a high-quality answer for the given question using only the provided search results "
@@ -323,7 +326,7 @@ class MDQATask:
             raise ValueError(f"setting {setting.label} says {parsed[0]} documents but its value is {setting.value}")
         return parsed
 
-    def examples(self, setting: Setting, tokenizer, n: int, seed: int) -> list[Example]:
+    def examples(self, setting: Setting, tokenizer: PreTrainedTokenizerBase, n: int, seed: int) -> list[Example]:
         """``n`` seeded questions at ``setting`` (the same questions at every setting of one data set)."""
         if setting.unit not in ("docs", "tokens"):
             raise ValueError(f"mdqa settings are in docs or tokens, not {setting.unit!r}")

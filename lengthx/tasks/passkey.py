@@ -11,10 +11,14 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 from lengthx.data.fitting import count_tokens, fit_to_tokens
 from lengthx.tasks.base import Example, Setting
 from lengthx.tasks.metrics import passkey_correct
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 INTRO = (
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
@@ -68,7 +72,7 @@ class PasskeyTask:
     def __init__(self, max_new_tokens: int = 10):
         self.max_new_tokens = max_new_tokens
 
-    def examples(self, setting: Setting, tokenizer, n: int, seed: int) -> list[Example]:
+    def examples(self, setting: Setting, tokenizer: PreTrainedTokenizerBase, n: int, seed: int) -> list[Example]:
         """``n`` examples at ``setting`` (n_garbage characters, or a token count fitted by bisection)."""
         out = []
         for i, case in enumerate(passkey_cases(n, seed)):

@@ -27,12 +27,15 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lengthx.data.fitting import count_tokens, fit_to_tokens
 from lengthx.data.jsonl import read_jsonl
 from lengthx.tasks.base import Example, Setting
 from lengthx.tasks.metrics import topic_correct
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 HEADER = (
     "Below is a record of our previous conversation on {n} different topics. You are the ASSISTANT, and I "
@@ -237,7 +240,7 @@ class TopicsTask:
         random.Random(f"topics:{seed}:{i}").shuffle(order)
         return order
 
-    def examples(self, setting: Setting, tokenizer, n: int, seed: int) -> list[Example]:
+    def examples(self, setting: Setting, tokenizer: PreTrainedTokenizerBase, n: int, seed: int) -> list[Example]:
         """``n`` examples at ``setting``: N whole conversations (``topics``) or a fitted record (``tokens``)."""
         convs = self.conversations()
         out = []

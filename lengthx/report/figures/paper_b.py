@@ -11,11 +11,15 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 matplotlib.use("Agg")
 
@@ -29,7 +33,7 @@ def _factor(label: str) -> float | None:
     return None if m is None else float(m.group(1) or 1)
 
 
-def figure2_ootb(df: pd.DataFrame, out: Path, save) -> list[Path]:
+def figure2_ootb(df: pd.DataFrame, out: Path, save: Callable[[plt.Figure, Path, str], list[Path]]) -> list[Path]:
     """Figure 2: OOTB perplexity vs length; needs ``ootb`` rows at three or more multiples of L_t."""
     rows = df[(df["task"] == PPL) & (df["method"] == "ootb") & (df["metric"] == "ppl")].copy()
     rows["factor"] = rows["setting"].map(_factor)
@@ -54,7 +58,8 @@ def figure2_ootb(df: pd.DataFrame, out: Path, save) -> list[Path]:
     return save(fig, out, "sb_fig2_ootb_perplexity")
 
 
-def figure3_medians(attention_dir: Path, out: Path, save) -> list[Path]:
+def figure3_medians(attention_dir: Path, out: Path,
+                    save: Callable[[plt.Figure, Path, str], list[Path]]) -> list[Path]:
     """Figure 3: per model, the histogram of log10 median attention past L_t, OOTB vs each trained run."""
     hists = [json.loads(p.read_text()) for p in sorted(attention_dir.glob("*.json"))]
     by_model: dict[str, list[dict]] = {}

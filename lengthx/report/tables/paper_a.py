@@ -74,40 +74,25 @@ TABLE5 = TableSpec(
 )
 
 
-TABLE6_EM = TableSpec(
-    "aa_table6_em", "Paper A, Table 6 (left): code completion exact match (%)",
-    cols("Sequence Length (L_ex)", "code_completion", CODE_SETTINGS[:6], "exact_match"),
-    methods=CODE_METHODS, avg=False, digits=1,
-    paper_csv="attention-alignment-tables/table6_exact_match.csv", paper_reference="CodeT5+",
-    intervals=True,
-)
+def _code_table(table_id: str, title: str, settings: list[str], metric: str, paper_csv: str) -> TableSpec:
+    """A code completion table (paper A §5.4: Tables 6, 12 and 13): one ``metric`` over ``settings``, CodeT5+."""
+    return TableSpec(
+        table_id, f"Paper A, {title}",
+        cols("Sequence Length (L_ex)", "code_completion", settings, metric),
+        methods=CODE_METHODS, avg=False, digits=1,
+        paper_csv=f"attention-alignment-tables/{paper_csv}", paper_reference="CodeT5+",
+        intervals=True,
+    )
 
 
-TABLE6_ES = TableSpec(
-    "aa_table6_es", "Paper A, Table 6 (right): code completion edit similarity",
-    cols("Sequence Length (L_ex)", "code_completion", CODE_SETTINGS[:6], "edit_similarity"),
-    methods=CODE_METHODS, avg=False, digits=1,
-    paper_csv="attention-alignment-tables/table6_edit_similarity.csv", paper_reference="CodeT5+",
-    intervals=True,
-)
-
-
-TABLE12 = TableSpec(
-    "aa_table12", "Paper A, Table 12: code completion exact match (%), 1k-15k",
-    cols("Sequence Length (L_ex)", "code_completion", CODE_SETTINGS, "exact_match"),
-    methods=CODE_METHODS, avg=False, digits=1,
-    paper_csv="attention-alignment-tables/table12.csv", paper_reference="CodeT5+",
-    intervals=True,
-)
-
-
-TABLE13 = TableSpec(
-    "aa_table13", "Paper A, Table 13: code completion edit similarity, 1k-15k",
-    cols("Sequence Length (L_ex)", "code_completion", CODE_SETTINGS, "edit_similarity"),
-    methods=CODE_METHODS, avg=False, digits=1,
-    paper_csv="attention-alignment-tables/table13.csv", paper_reference="CodeT5+",
-    intervals=True,
-)
+TABLE6_EM = _code_table("aa_table6_em", "Table 6 (left): code completion exact match (%)", CODE_SETTINGS[:6],
+                        "exact_match", "table6_exact_match.csv")
+TABLE6_ES = _code_table("aa_table6_es", "Table 6 (right): code completion edit similarity", CODE_SETTINGS[:6],
+                        "edit_similarity", "table6_edit_similarity.csv")
+TABLE12 = _code_table("aa_table12", "Table 12: code completion exact match (%), 1k-15k", CODE_SETTINGS,
+                      "exact_match", "table12.csv")
+TABLE13 = _code_table("aa_table13", "Table 13: code completion edit similarity, 1k-15k", CODE_SETTINGS,
+                      "edit_similarity", "table13.csv")
 
 
 TABLE14 = TableSpec(

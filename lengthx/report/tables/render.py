@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 from omegaconf import OmegaConf
@@ -133,12 +134,9 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
     compared: list[str] = []
     for model in models:
         meta = info.get(model, {})
-        role = {"pe": meta.get("pe", ""), "model_b": meta.get("paper_b_role", model)}.get(
-            spec.paper_key, meta.get("paper_role", model))
         display = meta.get("display", model)
-        if (published and meta.get("stand_in") and spec.paper_reference
-                and role not in {g for g, _, _ in published}):
-            role = spec.paper_reference  # a mini stand-in beside the model it stands in for in this table
+        role, beside = _paper_role(spec, model, meta, published)
+        if beside:
             compared.append(f"{display} is set beside the published {role}")
         plan: list[tuple[str, str | None, Row | None]] = (
             [(r.method, r.metric, r) for r in spec.rows] if spec.rows
@@ -150,12 +148,7 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
         values_by_method: dict[str, list[float | None]] = {}
         for method, metric, row in plan:
             vals = [_value(index, spec, model, method, c, metric or c.metric) for c in spec.columns]
-            for task in dict.fromkeys(c.task for c in spec.columns):
-                gaps = [c.title for c, v in zip(spec.columns, vals, strict=True)
-                        if v is None and c.task == task and not c.average_of]
-                if gaps:  # printed beside the Markdown: a row's label as the Markdown table shows it
-                    shown = markdown_label(row.label) if row else method
-                    missing.append(f"{model} / {shown} / {task}: {', '.join(gaps)}")
+            missing += _gaps(spec, f"{model} / {markdown_label(row.label) if row else method}", vals)
             if spec.avg:
                 vals.append(sum(vals) / len(vals) if all(v is not None for v in vals) else None)
             values_by_method[method] = vals
@@ -193,6 +186,29 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
         markdown += (f"\nOur value, then the published one in parentheses (– where ours is missing)"
                      f"{'; ' + note if note else ''}.\n")
     return Rendered(_latex(spec, groups, headers, body), markdown, missing)
+
+
+def _paper_role(spec: TableSpec, model: str, meta: dict[str, Any],
+                published: Published) -> tuple[str, bool]:
+    """(the published row this model's values are compared with, whether it is a stand-in set beside the
+    ``paper_reference`` model because the table has no row for its own role)."""
+    role = {"pe": meta.get("pe", ""), "model_b": meta.get("paper_b_role", model)}.get(
+        spec.paper_key, meta.get("paper_role", model))
+    if (published and meta.get("stand_in") and spec.paper_reference
+            and role not in {g for g, _, _ in published}):
+        return spec.paper_reference, True  # a mini stand-in beside the model it stands in for in this table
+    return role, False
+
+
+def _gaps(spec: TableSpec, where: str, vals: list[float | None]) -> list[str]:
+    """One line per task naming the columns of a row that have no value (averaged columns aside)."""
+    out = []
+    for task in dict.fromkeys(c.task for c in spec.columns):
+        gaps = [c.title for c, v in zip(spec.columns, vals, strict=True)
+                if v is None and c.task == task and not c.average_of]
+        if gaps:
+            out.append(f"{where} / {task}: {', '.join(gaps)}")
+    return out
 
 
 def _column_groups(spec: TableSpec) -> list[tuple[str, int]]:
