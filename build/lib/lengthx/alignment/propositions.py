@@ -1,0 +1,68 @@
+"""Closed-form temperatures of paper A: log scaling τ = log L_tr / log L_ex (§5, Tables 8-11) and
+Propositions 1-2 (§7, A.2-A.3), which give τ from layer 0's logit statistics at L_tr and L_ex.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from lengthx.alignment.statistics import layer0_statistics
+
+
+def log_temperature(l_ex: float, l_tr: float) -> float:
+    """τ = log L_tr / log L_ex = log_{L_ex} L_tr (Yao et al. 2021; Su 2021); 1 when L_ex ≤ L_tr."""
+    if l_ex <= 0 or l_tr <= 1:
+        raise ValueError(f"lengths must be positive with L_tr > 1, got L_ex={l_ex}, L_tr={l_tr}")
+    return 1.0 if l_ex <= l_tr else math.log(l_tr) / math.log(l_ex)
+
+
+def prop1_temperature(l_tr: float, l_ex: float, pmax_tr: float, sigma_tr: float, sigma_ex: float) -> float:
+    """Proposition 1 (P_max alignment): the larger root of Aτ² − Bτ + C = 0, i.e. the fixed point of
+    τ = B / (A + C/τ²), with A = log L_ex + log P_tr, B = log L_tr + log P_tr + σ_tr²/2, C = σ_ex²/2.
+
+    Returns NaN when the quadratic has no real root (the Gaussian approximation breaks down there).
+    """
+    a = math.log(l_ex) + math.log(pmax_tr)
+    b = math.log(l_tr) + math.log(pmax_tr) + sigma_tr**2 / 2
+    c = sigma_ex**2 / 2
+    disc = b * b - 4 * a * c
+    if a == 0 or disc < 0:
+        return math.nan
+    return (b + math.sqrt(disc)) / (2 * a)
+
+
+def prop2_temperature(l_tr: float, l_ex: float, sigma_tr: float, sigma_ex: float) -> float:
+    """Proposition 2 (entropy alignment): τ = σ_ex / sqrt(σ_tr² + 2 log(L_ex / L_tr))."""
+    denom = sigma_tr**2 + 2 * math.log(l_ex / l_tr)
+    if denom <= 0:
+        return math.nan
+    return sigma_ex / math.sqrt(denom)
+
+
+def closed_form_temperature(
+    loaded: Any,
+    reference: Sequence[dict[str, Any]],
+    extrapolation: Sequence[dict[str, Any]],
+    proposition: str,
+    l_ex: float,
+    scope: str = "encoder",
+) -> tuple[float, dict[str, Any]]:
+    """τ of Proposition 1 (``prop1``) or 2 (``prop2``) from layer-0 statistics at L_tr and at L_ex.
+
+    The closed forms are applied as they are (not snapped to the grid). Raises ValueError where the
+    Gaussian approximation has no solution (Prop. 1's quadratic without a real root).
+    """
+    tr = layer0_statistics(loaded, reference, scope)
+    ex = layer0_statistics(loaded, extrapolation, scope)
+    if proposition == "prop1":
+        tau = prop1_temperature(loaded.l_tr, l_ex, tr["pmax"], tr["sigma"], ex["sigma"])
+    elif proposition == "prop2":
+        tau = prop2_temperature(loaded.l_tr, l_ex, tr["sigma"], ex["sigma"])
+    else:
+        raise ValueError(f"unknown proposition {proposition!r}; valid: prop1, prop2")
+    if math.isnan(tau) or tau <= 0:
+        raise ValueError(f"{proposition} has no positive solution for L_ex={l_ex:.0f} with layer-0 statistics "
+                         f"train={tr}, extrapolation={ex}; the Gaussian approximation does not hold here")
+    return tau, {"train": tr, "extrapolation": ex}

@@ -1,0 +1,111 @@
+"""The ``lengthx`` command: run | calibrate | train | stats | tables | figures | ls (docs/design.md §1, §11).
+
+``run`` and ``calibrate`` take Hydra overrides (``lengthx run task=passkey method=pmax``, ``-m`` sweeps,
+launchers); unknown config names fail before anything is loaded, with the valid names listed, and every job's
+config is validated (:mod:`lengthx.cli.validate`) before Hydra starts. A mistake the user can fix is one line on
+stderr and exit status 2, never a traceback (``--debug`` or ``LENGTHX_DEBUG=1`` shows it); Ctrl-C during
+``run`` says how much was kept (docs/results.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+from lengthx.cli.common import dry_run_job, hydra_command, hydra_entry, reported
+from lengthx.cli.run import calibrate_command, plan_command, run_command, stats_command
+from lengthx.config import CONF_DIR, GROUPS, choices, register_resolvers
+from lengthx.errors import UsageError
+
+USAGE = """usage: lengthx <command> [args]
+
+commands:
+  run [overrides]        run cells, e.g. lengthx run task=passkey method=pmax  (-m to sweep)
+  calibrate [overrides]  Algorithm 1: print and cache τ per setting, e.g. lengthx calibrate method=pmax
+  train [overrides]      paper B continued pre-training, e.g. lengthx train model=gpt2 method=chunk-0.25 l_e_factor=4
+  stats [overrides]      dispersal statistics at τ=1 per setting and at L_tr (paper A Tables 1, 7; Figures 1-2)
+  plan [profile=paper] [experiment=aa_table4 …]   list every cell of the paper-A experiments, with counts
+                         per table beside the published tables' (a dry run of all of conf/experiment/aa_*)
+  tables [--format latex|markdown|both] [--results-dir DIR] [--out DIR] [--compare-paper]
+  figures [--results-dir DIR] [--out DIR]   Figures 1, 2/5 and the temperature curves (PNG + PDF)
+  ls                     list models, methods, tasks, profiles and experiments
+
+--debug (or LENGTHX_DEBUG=1) shows the Python traceback of an error instead of its one-line message.
+
+run and stats take --dry-run: list the cells (model|method|task|setting) a run or sweep would compute and
+how many cells of each paper table they fill, without loading a model or writing results, e.g.
+  lengthx run -m experiment=aa_table4 profile=paper --dry-run
+"""
+
+
+def _ls() -> None:
+    from omegaconf import OmegaConf
+
+    register_resolvers()
+    for group in GROUPS:
+        print(f"{group}s:" if group != "profile" else "profiles:")
+        for name in choices(group):
+            raw = OmegaConf.load(CONF_DIR / group / f"{name}.yaml")
+            desc = raw.get("description") or _first_comment(CONF_DIR / group / f"{name}.yaml")
+            extra = f" [{raw.get('family')}, L_tr={raw.get('l_tr')}, {raw.get('hub_id') or 'local'}]" \
+                if group == "model" else ""
+            print(f"  {name:20s} {desc}{extra}")
+
+
+def _first_comment(path: Path) -> str:
+    """The whole leading comment paragraph of a config file (its description), joined into one line: the
+    comment lines after an optional ``# @package`` line, up to a blank, indented (a usage example) or non-comment
+    line."""
+    lines: list[str] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# @package") and not lines:
+            continue
+        text = line[1:] if line.startswith("#") else None
+        if text is None or not text.strip() or text.startswith(("  ", "\t")):
+            break
+        lines.append(text.strip())
+    return " ".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--debug" in argv:
+        argv = [a for a in argv if a != "--debug"]
+        os.environ["LENGTHX_DEBUG"] = "1"
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return
+    cmd, rest = argv[0], argv[1:]
+    with reported():
+        if cmd == "run":
+            hydra_command(run_command, rest, "lengthx run", dry_run_fn=dry_run_job)
+        elif cmd == "plan":
+            plan_command(rest)
+        elif cmd == "calibrate":
+            hydra_entry(calibrate_command, rest, "lengthx calibrate")
+        elif cmd == "train":  # paper B; validated against conf/train by train_main itself
+            from lengthx.cli.train import train_main
+
+            train_main(rest)
+        elif cmd == "stats":
+            hydra_command(stats_command, rest, "lengthx stats", dry_run_fn=lambda cfg: dry_run_job(cfg, stats=True))
+        elif cmd == "tables":
+            from lengthx.cli.tables import tables_main
+
+            tables_main(rest)
+        elif cmd == "figures":
+            from lengthx.cli.figures import figures_main
+
+            figures_main(rest)
+        elif cmd == "ls":
+            _ls()
+        else:
+            raise UsageError(f"unknown command '{cmd}'. Valid commands: run, calibrate, train, stats, plan, tables, "
+                             "figures, ls.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""What every ``lengthx`` command shares: errors as one line with exit status 2 (docs/results.md), Hydra
+entry with every job's config validated first (:mod:`lengthx.cli.validate`), and ``--dry-run`` plans.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from lengthx.config import CONF_DIR, RUN_CONFIG, check_overrides, register_resolvers
+from lengthx.errors import UsageError, UserError, debug_enabled, one_line
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from omegaconf import DictConfig
+
+USER_ERRORS = (UserError, ValueError, FileNotFoundError, FileExistsError)  # exit status 2
+
+
+@contextmanager
+def reported(prog: str = "lengthx") -> Iterator[None]:
+    """Errors as one line on stderr: exit 2 for a mistake the user can fix (:data:`USER_ERRORS`), 1 for anything
+    else, 130 for Ctrl-C. With ``--debug`` / ``LENGTHX_DEBUG=1`` the error propagates, traceback and all."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if debug_enabled():
+            raise
+        print("interrupted; rerun the same command to resume", file=sys.stderr)
+        sys.exit(130)
+    except USER_ERRORS as err:
+        if debug_enabled():
+            raise
+        print(f"{prog}: {one_line(str(err))}", file=sys.stderr)
+        sys.exit(2)
+    except Exception as err:
+        if debug_enabled():
+            raise
+        print(f"{prog}: unexpected {type(err).__name__}: {one_line(str(err))} (rerun with --debug or LENGTHX_DEBUG=1 "
+              "for the traceback)", file=sys.stderr)
+        sys.exit(1)
+
+
+# Hydra flags after which the command line is not a run to validate (Hydra prints or inspects something)
+HYDRA_INSPECT_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc",
+                       "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun")
+
+
+def validate_jobs(argv: list[str], environment: bool = True) -> None:
+    """Validate the config of every job ``argv`` starts (each job of a ``-m`` sweep) before Hydra starts one:
+    values (:func:`lengthx.cli.validate.validate_run_config`) and, with ``environment``, ``results_dir`` and
+    ``model.path``. Raises the first problem as one line naming the key (or file) and the fix."""
+    from hydra.errors import HydraException
+
+    from lengthx.cli.validate import compose_checked, composition_error, validate_run_config
+    from lengthx.models.minis import apply_profile
+
+    if any(a in HYDRA_INSPECT_FLAGS for a in argv):
+        return
+    overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith("hydra")]
+    jobs = [overrides]
+    if "-m" in argv or "--multirun" in argv:
+        try:
+            jobs = sweep_jobs(overrides)[1]
+        except HydraException as err:
+            raise composition_error(err, overrides) from None
+    checked: set[str] = set()
+    for job in jobs:
+        validate_run_config(apply_profile(compose_checked(job)), environment, checked)
+
+
+def hydra_entry(task_fn: Callable[[DictConfig], None], argv: list[str], prog: str,
+                environment: bool = True) -> None:
+    """Run ``task_fn(cfg)`` under Hydra with ``argv`` as overrides (so -m and launchers work), once every job's
+    config is validated (``environment``: its results directory and model directory too)."""
+    import hydra
+
+    from lengthx.models.minis import apply_profile
+
+    check_overrides(argv)
+    register_resolvers()
+    validate_jobs(argv, environment)
+    sys.argv = [prog, *argv]
+    if debug_enabled():
+        os.environ["HYDRA_FULL_ERROR"] = "1"
+
+    def job(cfg) -> None:
+        with reported(prog):
+            apply_profile(cfg)  # profile=mini: a paper model runs as its shipped mini
+            task_fn(cfg)
+
+    hydra.main(version_base=None, config_path=str(CONF_DIR), config_name=RUN_CONFIG)(job)()
+
+
+DRY_RUN_CELLS: list[tuple[str, str]] = []  # (experiment, cell key) listed by the jobs of a --dry-run
+
+
+def hydra_command(task_fn: Callable[[DictConfig], None], argv: list[str], prog: str,
+                  dry_run_fn: Callable[[DictConfig], None] | None = None) -> None:
+    """``hydra_entry``, or with ``--dry-run`` in ``argv``: ``dry_run_fn`` in every job of the (multi)run.
+
+    A dry run lists cells and loads no model; Hydra's output goes to a temporary directory that is removed
+    afterwards, and the cells per paper table are printed at the end."""
+    import shutil
+    import tempfile
+
+    if "--dry-run" not in argv:
+        hydra_entry(task_fn, argv, prog)
+        return
+    if dry_run_fn is None:
+        raise UsageError(f"{prog} has no --dry-run")
+    argv = [a for a in argv if a != "--dry-run"]
+    if any(a.startswith("hydra/launcher=") for a in argv):
+        raise UsageError("--dry-run collects the cells in this process; drop hydra/launcher=… for it")
+    tmp = tempfile.mkdtemp(prefix="lengthx-dry-run-")
+    DRY_RUN_CELLS.clear()
+    try:
+        hydra_entry(dry_run_fn, [*argv, f"hydra.run.dir={tmp}/run", f"hydra.sweep.dir={tmp}/sweep",
+                                  "hydra.output_subdir=null"], prog, environment=False)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print_plan(DRY_RUN_CELLS, argv)
+
+
+def dry_run_job(cfg: DictConfig, stats: bool = False) -> None:
+    """One job of a --dry-run: list its cells (nothing is loaded or written)."""
+    from lengthx.core.cells import experiment_skip_reason, planned_cells
+
+    reason = experiment_skip_reason(cfg)
+    if reason:
+        print(f"not a cell: {reason}")
+        return
+    if cfg.task.name == "segmented_ppl":  # paper B: the training runs it needs, then its cells
+        from lengthx.core.perplexity import planned_runs
+
+        lines, cells = planned_runs(cfg)
+        print("\n".join(lines))
+    else:
+        cells = planned_cells(cfg, stats=stats)
+    name = (cfg.get("experiment_info") or {}).get("name", "-")
+    for cell in cells:
+        print(f"cell {cell.key}  ({cell.setting.value} {cell.setting.unit})")
+        DRY_RUN_CELLS.append((name, cell.key))
+
+
+def print_plan(cells: list[tuple[str, str]], overrides: list[str]) -> None:
+    """Cells per paper table, beside the number of cells of the published table."""
+    from lengthx.report.tables import TABLES
+    from lengthx.report.tables.cells import filled_cells, published_cell_count
+    from lengthx.report.tables.published import PAPER_DIR
+
+    runs = [tuple(key.split("|")) for _, key in cells]
+    print(f"\n{len(set(runs))} distinct cells listed ({' '.join(overrides)})")
+    print(f"cells per table (listed here / in the published table at {PAPER_DIR}):")
+    for spec in TABLES.values():
+        filled = filled_cells(spec, runs)
+        if filled:
+            pub = published_cell_count(spec)
+            print(f"  {spec.id:16s} {len(filled):4d} / {'?' if pub is None else pub}")
+
+
+def sweep_jobs(overrides: list[str]) -> tuple[Any, list[list[str]]]:
+    """(config, job overrides) of a multirun of ``overrides``, expanded as Hydra's basic sweeper expands it:
+    the config's ``hydra.sweeper.params`` (an experiment's sweep), with command-line overrides taking
+    precedence. The config is composed from the overrides that are not sweeps."""
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    register_resolvers()
+    parser = OverridesParser.create()
+    fixed = [o.input_line for o in parser.parse_overrides(overrides) if not o.is_sweep_override()]
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        cfg = compose(RUN_CONFIG, overrides=fixed, return_hydra_config=True)
+    params = {str(k): str(v) for k, v in (cfg.hydra.sweeper.params or {}).items()}
+    given = {ov.split("=", 1)[0] for ov in overrides if "=" in ov}
+    sweep = [f"{k}={v}" for k, v in params.items() if k not in given] + overrides
+    jobs = [job for batch in BasicSweeper.split_arguments(parser.parse_overrides(sweep), None) for job in batch]
+    return cfg, jobs
+
+
+def experiment_jobs(experiment: str, overrides: list[str]) -> tuple[str, list[list[str]]]:
+    """(command, job overrides) of ``experiment``'s sweep (:func:`sweep_jobs` of ``experiment=…``)."""
+    cfg, jobs = sweep_jobs([f"experiment={experiment}", *overrides])
+    return str((cfg.get("experiment_info") or {}).get("command", "run")), jobs

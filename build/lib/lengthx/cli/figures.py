@@ -1,0 +1,44 @@
+"""``lengthx figures``: paper A's and paper B's figures from the results directory (PNG and PDF,
+:mod:`lengthx.report.figures`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from lengthx.core.store import ResultsStore  # noqa: E402
+from lengthx.report.figures.paper_a import _save, figure1_bias, figure2_qq, temperature_figure
+from lengthx.report.figures.paper_b import figure2_ootb, figure3_medians  # noqa: E402
+from lengthx.report.tables.render import latest_ok  # noqa: E402
+
+
+def figures_main(argv: list[str]) -> None:
+    """``lengthx figures``: render every figure whose inputs exist in the results directory."""
+    p = argparse.ArgumentParser(prog="lengthx figures", description=__doc__.splitlines()[0])
+    p.add_argument("--results-dir", default="results/mini")
+    p.add_argument("--out", default=None, help="default: <results-dir>/figures")
+    args = p.parse_args(argv)
+    root = Path(args.results_dir)
+    out = Path(args.out or root / "figures")
+    df = latest_ok(ResultsStore(root).read())
+    written: list[Path] = []
+    biases: set[str] = set()  # models whose Figure 1 is drawn (one per model, from its first task's side file)
+    for side_path in sorted((root / "stats").glob("*.json")):
+        model, task = side_path.stem.split("__", 1)
+        side = json.loads(side_path.read_text())
+        if "bias" in side and model not in biases:
+            biases.add(model)
+            written += figure1_bias(side, model, out)
+        written += figure2_qq(side, model, task, out)
+    if not df.empty:
+        for (model, task), _ in df[df["method"] == "stats"].groupby(["model", "task"]):
+            written += temperature_figure(df, model, task, out)
+    if not df.empty:  # paper B
+        written += figure2_ootb(df, out, _save)
+    written += figure3_medians(root / "attention", out, _save)
+    if not written:
+        print(f"no figure inputs in {root}: run 'lengthx stats task=…' (and runs with method=pmax/entropy) first")
+    for w in written:
+        print(f"wrote {w}")

@@ -1,0 +1,106 @@
+"""``lengthx run | calibrate | stats | plan``: argument handling and printing; the work is in
+:mod:`lengthx.core` (cells, the sweep loop, statistics, perplexity).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lengthx.cli.common import experiment_jobs, print_plan
+from lengthx.config import CONF_DIR, RUN_CONFIG, check_overrides, choices
+from lengthx.errors import debug_enabled
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+
+def plan_command(argv: list[str]) -> None:
+    """``lengthx plan``: every cell of every paper-A experiment (or those named), with counts per table."""
+    from hydra import compose, initialize_config_dir
+
+    from lengthx.core.cells import experiment_skip_reason, planned_cells
+    from lengthx.models.minis import apply_profile
+
+    check_overrides(argv, command="plan")
+    experiments = [v for a in argv if a.startswith("experiment=") for v in a.split("=", 1)[1].split(",")]
+    rest = [a for a in argv if not a.startswith("experiment=")]
+    experiments = experiments or [e for e in choices("experiment") if e.startswith("aa_")]
+    cells: list[tuple[str, str]] = []
+    for experiment in experiments:
+        command, jobs = experiment_jobs(experiment, rest)
+        print(f"== experiment {experiment}: lengthx {command} -m experiment={experiment} {' '.join(rest)} "
+              f"({len(jobs)} jobs)")
+        with initialize_config_dir(str(CONF_DIR), version_base=None):
+            for job in jobs:
+                cfg = apply_profile(compose(RUN_CONFIG, overrides=job))
+                if experiment_skip_reason(cfg):
+                    continue
+                for cell in planned_cells(cfg, stats=command == "stats"):
+                    print(f"cell {cell.key}  ({cell.setting.value} {cell.setting.unit})")
+                    cells.append((experiment, cell.key))
+    print_plan(cells, argv)
+
+
+def run_command(cfg: DictConfig) -> None:
+    from lengthx.core.cells import experiment_skip_reason
+    from lengthx.core.runner import Runner
+    from lengthx.tasks import TASKS
+
+    reason = experiment_skip_reason(cfg)
+    if reason:
+        print(f"skipped: {reason}")
+        return
+    if getattr(TASKS.get(cfg.task.name), "scoring", "") == "perplexity":  # paper B: whole sequences scored
+        from lengthx.core.perplexity import run_task
+
+        summary = run_task(cfg)
+    else:
+        runner = Runner(cfg)
+        try:
+            summary = runner.run()
+        except KeyboardInterrupt:
+            if debug_enabled():
+                raise
+            kept, total = runner.kept_examples()
+            print(f"interrupted; rerun the same command to resume: {kept} of {total} examples kept", file=sys.stderr)
+            sys.exit(130)
+    for s in summary:
+        print(f"{s['cell']:60s} {s['status']:6s} {s.get('value', '')}")
+
+
+def calibrate_command(cfg: DictConfig) -> None:
+    """``lengthx calibrate``: Algorithm 1 per setting, printed with the statistics that chose τ."""
+    import json
+
+    from lengthx.core.cells import Cell, method_id
+    from lengthx.core.runner import Runner
+
+    if cfg.method.name not in ("pmax", "entropy"):
+        print(f"lengthx calibrate needs method=pmax or method=entropy, got method={cfg.method.name}",
+              file=sys.stderr)
+        sys.exit(2)
+    runner = Runner(cfg)
+    for setting in runner.settings():
+        cell = Cell(cfg.model.name, method_id(cfg.method), runner.task.name, setting)
+        tau, path, cached = runner.aligned_temperature_with_source(cell)
+        info = json.loads(path.read_text())
+        source = "cache" if cached else f"computed, {info['forward_passes']} forward passes"
+        head = f"{cell.task} {setting.label:>6} ({setting.value} {setting.unit}, L_ex={info['L_ex']:.0f})"
+        if isinstance(tau, list):
+            print(f"{head}: per-layer τ={tau}  S̄_tr(1) per layer={[round(t, 4) for t in info['target']]}"
+                  f"  [{source}]")
+        else:
+            ev = ", ".join(f"{k}:{v:.4f}" for k, v in info["evaluated"].items())
+            print(f"{head}: τ={tau:.2f}  S̄_tr(1)={info['target']:.4f}  [{source}]  S̄_ex(τ): {ev}")
+    print(f"cache: {Path(cfg.results_dir) / 'calibration'}")
+
+
+def stats_command(cfg: DictConfig) -> None:
+    from lengthx.core.runner import Runner
+    from lengthx.core.statistics import run_statistics
+
+    summary = run_statistics(Runner(cfg))
+    for s in summary:
+        print(f"{s['cell']:60s} {s['status']:6s} P_max={s.get('value', '')}")

@@ -1,0 +1,188 @@
+"""A run's config, checked before any model loads (docs/results.md, "Validation").
+
+One pydantic schema per ``conf/`` section states what a value must be (τ finite and above 0, counts of at
+least 1, settings whole lengths of at most :data:`MAX_SETTING`); :func:`validate_run_config` applies it to a
+composed config and then checks the environment the run needs (``results_dir`` a writable directory whose
+``results.csv`` parses, ``model.path`` a complete checkpoint). The first problem is raised as one
+:class:`ConfigError` line naming the key and the fix. Sections allow keys the schema does not name: each task
+has its own (``conf/task/*.yaml``), and an unknown key is already refused when the config is composed
+(:func:`compose_checked` adds "did you mean").
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from omegaconf import DictConfig, OmegaConf
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from lengthx.errors import UserError, one_line
+
+MAX_SETTING = 10_000_000  # the longest setting accepted, in task.unit (10M tokens is far past any model here)
+
+
+class ConfigError(UserError, ValueError):
+    """A config value that cannot run; the message names the key and the fix."""
+
+
+Count = Annotated[int, Field(ge=1)]
+
+
+Length = Annotated[int, Field(ge=1, le=MAX_SETTING)]
+
+
+Temperature = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ModelSection(_Section):
+    name: str
+    family: str
+    l_tr: Count
+    path: str | None = None
+
+
+class MethodSection(_Section):
+    name: str
+    tau: Temperature | None = None
+    search: Literal["grid", "bisect"] | None = None
+    per_layer: bool = False
+
+
+class TaskSection(_Section):
+    name: str
+    num_examples: Count | None = None
+    settings: Annotated[list[Length], Field(min_length=1)] | None = None
+    only: list[str] | None = None
+    seed: int = 0
+    max_new_tokens: Annotated[int, Field(ge=0)] | None = None
+
+
+class ProfileSection(_Section):
+    name: str
+    num_examples: Count | None = None
+    calibration_examples: Count | None = None
+
+
+class CalibrationSection(_Section):
+    num_examples: Count
+    row_stride: Count = 1
+
+
+class RunConfig(_Section):
+    """``conf/config.yaml`` with its groups, as ``lengthx run`` / ``stats`` / ``calibrate`` compose it."""
+
+    model: ModelSection
+    method: MethodSection
+    task: TaskSection
+    profile: ProfileSection
+    calibration: CalibrationSection
+    results_dir: str
+    batch_size: Count = 1
+    batch_tokens: Count | None = None
+
+
+FIXES = {
+    "method.tau": "a finite temperature above 0, e.g. method.tau=0.8",
+    "task.num_examples": "a count of at least 1, e.g. task.num_examples=10 (null: the profile's count)",
+    "task.settings": (f"a non-empty list of whole lengths in task.unit, each from 1 to {MAX_SETTING:,} "
+                      "(lengthx.cli.validate.MAX_SETTING), e.g. task.settings=[1000,2000] (null: the task's own settings)"),
+    "task.max_new_tokens": "a number of tokens of at least 0, e.g. task.max_new_tokens=10",
+    "model.l_tr": "the model's training length in tokens, e.g. model.l_tr=512",
+    "profile.num_examples": "a count of at least 1, e.g. profile.num_examples=10",
+    "calibration.num_examples": "a count of at least 1, e.g. calibration.num_examples=2",
+    "calibration.row_stride": "1 (every query row) or more, e.g. calibration.row_stride=8",
+    "batch_size": "a count of at least 1, e.g. batch_size=4",
+    "batch_tokens": "a number of prompt tokens of at least 1, e.g. batch_tokens=8192 (null: no limit)",
+    "method.search": "method.search=grid (the paper) or method.search=bisect",
+}
+
+
+def _key(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _first_error(err: ValidationError) -> str:
+    first = err.errors()[0]
+    key = _key(first["loc"])
+    value = first.get("input")
+    shown = "[]" if value == [] else ("null" if value is None else str(value))
+    reason = first["msg"][0].lower() + first["msg"][1:]
+    fix = FIXES.get(re.sub(r"\[\d+\]", "", key), "see the key's comment in conf/")
+    return f"{key}={shown}: {reason}. Fix: {fix}"
+
+
+def validate_run_config(cfg: DictConfig, environment: bool = True, checked: set[str] | None = None) -> None:
+    """Raise :class:`ConfigError` (or the store's / loader's error) on the first value or place that cannot run.
+
+    ``environment`` adds the checks of the places the run uses: ``results_dir`` and ``model.path``. Paths in
+    ``checked`` are skipped and the ones checked here are added (a sweep checks each place once)."""
+    from lengthx.core.store import ResultsStore
+    from lengthx.models.loading import check_checkpoint_dir
+
+    try:
+        data = OmegaConf.to_container(cfg, resolve=True)
+    except Exception as err:  # noqa: BLE001 - an interpolation that does not resolve, in one line
+        raise ConfigError(f"the config does not resolve: {err}".splitlines()[0]) from None
+    try:
+        RunConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_first_error(err)) from None
+    if not environment:
+        return
+    checked = set() if checked is None else checked
+    path = cfg.model.get("path")
+    if path and str(path) not in checked:
+        check_checkpoint_dir(str(path), str(cfg.model.name))
+        checked.add(str(path))
+    results_dir = str(cfg.results_dir)
+    if results_dir not in checked:
+        ResultsStore(Path(results_dir)).check()
+        checked.add(results_dir)
+
+
+def compose_checked(overrides: list[str]) -> DictConfig:
+    """The config of ``overrides`` (``lengthx.config.compose``); a key the config does not have is refused
+    with the closest existing key ("did you mean")."""
+    from hydra.errors import HydraException
+
+    from lengthx.config import compose
+
+    try:
+        return compose(overrides)
+    except HydraException as err:
+        raise composition_error(err, overrides) from None
+
+
+def composition_error(err: Exception, overrides: list[str]) -> ConfigError:
+    """Hydra's error on composing ``overrides`` as one line; for an unknown key, with "did you mean"."""
+    from lengthx.config import compose
+
+    text = one_line(str(err))
+    match = re.search(r"Could not override '([^']+)'", text)
+    if match is None:
+        return ConfigError(text)
+    key = match.group(1)
+    parent, _, leaf = key.rpartition(".")
+    try:
+        node = compose([o for o in overrides if o.lstrip("+~").split("=", 1)[0] != key and "," not in o])
+    except Exception:  # noqa: BLE001 - another override is wrong too: Hydra's own message then
+        return ConfigError(text)
+    for part in parent.split(".") if parent else []:
+        node = node.get(part) if isinstance(node, DictConfig) else None
+    names = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
+    if leaf in names:  # the key exists: the override failed for another reason
+        return ConfigError(text)
+    close = difflib.get_close_matches(leaf, names, n=1, cutoff=0.6)
+    prefix = f"{parent}." if parent else ""
+    hint = f"did you mean {prefix}{close[0]}?" if close else f"the keys there are: {', '.join(sorted(names))}"
+    return ConfigError(f"unknown key {key}: {hint} (to add a new key, write +{key}=…)")

@@ -1,0 +1,90 @@
+"""Where the Hydra configs live and how a command's config is composed.
+
+One config root, ``lengthx/conf/`` (package data): ``run.yaml`` (``lengthx run`` / ``stats`` / ``calibrate``) and
+``train.yaml`` (``lengthx train``) compose the same groups: ``model``, ``method`` (temperature methods for runs,
+``kind: training`` ones for training), ``task``, ``data``, ``profile`` and ``experiment``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from lengthx.errors import UsageError
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+CONF_DIR = Path(os.environ.get("LENGTHX_CONF", PACKAGE_DIR / "conf")).resolve()
+
+RUN_CONFIG, TRAIN_CONFIG = "run", "train"  # the two primary configs of CONF_DIR
+
+
+def register_resolvers() -> None:
+    """``${lengthx_pkg:checkpoints/mini-t5}``: a path inside the installed package (the shipped minis);
+    ``${lengthx_repo:corpora/…}``: a path in the checkout the package runs from (repository-only data)."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("lengthx_pkg"):
+        OmegaConf.register_new_resolver("lengthx_pkg", lambda rel: str(PACKAGE_DIR / rel))
+    if not OmegaConf.has_resolver("lengthx_repo"):
+        OmegaConf.register_new_resolver("lengthx_repo", lambda rel: str(PACKAGE_DIR.parent / rel))
+
+
+def compose(overrides: list[str], conf_dir: Path = CONF_DIR, config_name: str = RUN_CONFIG) -> Any:
+    """The config ``lengthx run <overrides>`` composes (``config_name="train"``: ``lengthx train``'s), before
+    ``profile=mini`` maps models onto minis."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_resolvers()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+        return hydra_compose(config_name=config_name, overrides=list(overrides))
+
+
+GROUPS = ("model", "method", "task", "data", "profile", "experiment")
+
+# the groups each command composes; ``method`` entries are split by their ``kind`` (see :func:`choices`)
+COMMAND_GROUPS = {"run": GROUPS, "train": ("model", "method", "data", "profile")}
+
+
+def _kind(path: Path) -> str:
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("kind:"):
+            return line.split(":", 1)[1].split("#", 1)[0].strip()
+    return "temperature"
+
+
+def choices(group: str, command: str | None = None) -> list[str]:
+    """Config names of ``group`` (the YAML files of its directory); with ``command``, only the methods it runs:
+    ``kind: training`` methods for ``train``, the others (temperature methods) for ``run``."""
+    paths = sorted((CONF_DIR / group).glob("*.yaml"))
+    if group == "method" and command is not None:
+        wanted = "training" if command == "train" else "temperature"
+        paths = [p for p in paths if _kind(p) == wanted]
+    return [p.stem for p in paths]
+
+
+def check_overrides(overrides: list[str], command: str = "run") -> None:
+    """Fail fast on unknown config-group choices (``task=pasky``, a training method in ``lengthx run``),
+    listing the valid names."""
+    names = COMMAND_GROUPS["train" if command == "train" else "run"]
+    for ov in overrides:
+        if "=" not in ov or ov.startswith("-"):
+            continue
+        key, value = ov.split("=", 1)
+        key = key.lstrip("+~").removeprefix("override ")
+        if key not in names:
+            continue
+        valid = choices(key, command)
+        for v in value.split(","):
+            if v and v not in valid:
+                hint = ""
+                if key == "method" and v in choices("method"):
+                    other = "run" if command == "train" else "train"
+                    hint = f" ({v} is a method of lengthx {other})"
+                raise UsageError(f"unknown {key} '{v}' for lengthx {command}{hint}. Valid {key} names: "
+                                 f"{', '.join(valid)}. See 'lengthx ls' for one line on each.")

@@ -1,0 +1,288 @@
+"""Paper A's cells: (model, method, task, setting) → per-example records → tidy CSV rows (docs/design.md §1, §7).
+
+:class:`Runner` gives each cell its τ (none, fixed, log, Algorithm 1 through a cache, Propositions 1-2), its
+examples (truncated for the ``truncation`` baseline, wrapped in a chat template where a model has one) and
+scores them; the sweep itself is :func:`lengthx.core.sweep.sweep`. An interrupted cell continues from its
+records (docs/results.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+from tqdm.auto import tqdm
+
+from lengthx.alignment.algorithm1 import CalibrationOptions, calibrate, calibrate_per_layer
+from lengthx.alignment.propositions import closed_form_temperature, log_temperature
+from lengthx.attention.temperature import clear_temperature, set_temperature
+from lengthx.core.cells import RUNNABLE_METHODS, Cell, cell_hash, method_id, model_identity
+from lengthx.core.store import (
+    ResultsStore,
+    read_json,
+    safe_name,
+    write_json,
+)
+from lengthx.core.sweep import row_fields, sweep
+from lengthx.models.generation import chat_prompt, encode, generate
+from lengthx.models.loading import LoadedModel, load_model, model_fingerprint
+from lengthx.tasks import Example, Setting, build_task, resolve_settings
+from lengthx.tasks.base import truncated_example
+
+log = logging.getLogger("lengthx")
+
+
+def calibration_file(results_dir: Path, cell: Cell, method_cfg: Any, key: dict[str, Any]) -> Path:
+    """Where Algorithm 1's τ for ``cell`` under cache ``key`` is kept: ``<results_dir>/calibration/``, named by
+    the cell, the method and a digest of the key."""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    name = f"{cell.model}__{cell.task}__{cell.setting.label}__{method_id(method_cfg)}__{digest}.json"
+    return results_dir / "calibration" / safe_name(name)
+
+
+class Runner:
+    """Runs every setting of one (model, method, task) configuration into a results store."""
+
+    def __init__(self, cfg: DictConfig, loaded: LoadedModel | None = None):
+        self.cfg = cfg
+        self.store = ResultsStore(Path(cfg.results_dir))
+        self.task = build_task(cfg.task, cfg.profile.name, int(cfg.model.l_tr))
+        self.method = cfg.method
+        if self.method.name not in RUNNABLE_METHODS:
+            raise ValueError(f"method {self.method.name!r} is not runnable by lengthx run; runnable: "
+                             f"{', '.join(RUNNABLE_METHODS)}")
+        self._loaded = loaded
+        self.weights = model_fingerprint(cfg.model.get("path"))  # part of every cell's and τ cache's key
+
+    @property
+    def loaded(self) -> LoadedModel:
+        if self._loaded is None:
+            self._loaded = load_model(self.cfg.model, device=self.cfg.device, dtype=self.cfg.dtype,
+                                      attention=self.cfg.get("attention"))
+        return self._loaded
+
+    def settings(self) -> list[Setting]:
+        return resolve_settings(self.cfg.task, self.cfg.profile.name, int(self.cfg.model.l_tr))
+
+    @property
+    def cell_metrics(self) -> list[str]:
+        """The metrics of a finished cell's rows: the task's, and τ."""
+        return [*self.task.metrics, "tau"]
+
+    def num_examples(self) -> int:
+        """Examples per setting: ``task.num_examples``, else the profile's count, else the paper's."""
+        for n in (self.cfg.task.get("num_examples"), self.cfg.profile.get("num_examples"),
+                  self.cfg.task.get("paper_num_examples")):
+            if n is not None:
+                return int(n)
+        raise ValueError("no example count: set task.num_examples=N")
+
+    def kept_examples(self) -> tuple[int, int]:
+        """(examples whose records are on disk, examples of all settings) of this run, for an interrupted one."""
+        n, settings = self.num_examples(), self.settings()
+        kept = 0
+        for setting in settings:
+            key = Cell(self.cfg.model.name, method_id(self.method), self.task.name, setting).key
+            chash = cell_hash(self.cfg, setting, self.weights)
+            kept += min(n, sum(r.get("config_hash") == chash for r in self.store.load_records(key).values()))
+        return kept, n * len(settings)
+
+    def run(self) -> list[dict[str, Any]]:
+        """Run all settings (:func:`lengthx.core.sweep.sweep`); returns a summary per cell."""
+        return sweep(self.store, self)
+
+    # ---- the sweep's view of this run (lengthx.core.sweep.CellJob) -----------------------------------------
+    @property
+    def first_metric(self) -> str:
+        return self.task.metrics[0]
+
+    def cells(self) -> list[tuple[Cell, str]]:
+        return [(Cell(self.cfg.model.name, method_id(self.method), self.task.name, setting),
+                 cell_hash(self.cfg, setting, self.weights)) for setting in self.settings()]
+
+    def is_done(self, cell: Cell, chash: str) -> bool:
+        return self.store.is_done(cell.key, chash, self.cell_metrics)
+
+    def compute(self, cell: Cell, chash: str, start: float) -> list[dict[str, Any]]:
+        return self.run_cell(cell, chash)
+
+    def row_fields(self, cell: Cell, chash: str, start: float) -> dict[str, Any]:
+        return row_fields(cell, chash, start, paper=self.cfg.task.paper,
+                          table=self.cfg.get("table") or self.cfg.task.table, l_tr=self.cfg.model.l_tr,
+                          seed=self.cfg.task.seed,
+                          device=str(self._loaded.device) if self._loaded else str(self.cfg.device))
+
+    # ---- one cell ---------------------------------------------------------------------------------------
+    def examples(self, setting: Setting, seed_offset: int = 0, n: int | None = None) -> list[Example]:
+        if n is None:
+            n = self.num_examples()
+        return self.task.examples(setting, self.loaded.tokenizer, int(n), int(self.cfg.task.seed) + seed_offset)
+
+    def temperature(self, cell: Cell, examples: list[Example]) -> float | list[float]:
+        """τ of the method for this setting (1 for ``none``); Algorithm 1 goes through the cache.
+
+        Per-layer alignment returns one τ per attention module."""
+        name, l_tr = self.method.name, self.loaded.l_tr
+        l_ex = sum(e.actual_tokens for e in examples) / len(examples)
+        if name in ("none", "truncation"):
+            return 1.0
+        if name == "fixed":
+            return float(self.method.tau)
+        if name == "log":  # task.log_l_ex: the measured mean length, or the setting's value (a bucket's lower bound)
+            if self.cfg.task.get("log_l_ex", "actual") == "setting":
+                l_ex = cell.setting.value
+            return log_temperature(l_ex, l_tr)
+        return self.aligned_temperature(cell)
+
+    def aligned_temperature(self, cell: Cell) -> float | list[float]:
+        """Algorithm 1 for ``pmax``/``entropy``, cached per (model, task, setting, mode, search, per_layer)."""
+        return self.aligned_temperature_with_source(cell)[0]
+
+    def calibration_path(self, cell: Cell) -> tuple[Path, dict[str, Any]]:
+        """Cache file of Algorithm 1 for this cell, and the key it is stored under: like a cell's hash, the
+        model by its config and checkpoint content, never by where it lies (:mod:`lengthx.core.cells`)."""
+        m = self.method
+        key = {"model": model_identity(self.cfg.model), "task": cell.task,
+               "setting": [cell.setting.label, cell.setting.value, cell.setting.unit], "mode": m.name,
+               "search": m.get("search"), "scope": m.scope, "per_layer": bool(m.get("per_layer", False)),
+               "n": int(self.cfg.calibration.num_examples), "seed": int(self.cfg.task.seed),
+               "row_stride": int(self.cfg.calibration.get("row_stride", 1)),
+               "weights": self.weights}
+        return calibration_file(Path(self.cfg.results_dir), cell, m, key), key
+
+    def calibration_options(self) -> CalibrationOptions:
+        """Algorithm 1's mode, scope and search (config ``method``) and row stride (``calibration``)."""
+        m = self.method
+        return CalibrationOptions(m.name, m.scope, m.search, int(self.cfg.calibration.get("row_stride", 1)))
+
+    def aligned_temperature_with_source(self, cell: Cell) -> tuple[float | list[float], Path, bool]:
+        """(τ, cache file, whether it came from the cache) of Algorithm 1 for this cell."""
+        m = self.method
+        path, key = self.calibration_path(cell)
+        cached = read_json(path, required=("tau",))  # a damaged cache is set aside and recomputed
+        if cached is not None:
+            return cached["tau"], path, True
+        n, cal = int(self.cfg.calibration.num_examples), self.cfg.calibration
+        ref_setting = Setting("L_tr", self.loaded.l_tr, "tokens")
+        reference = [encode(self.loaded, [e.prompt])
+                     for e in self.chat_examples(self.examples(ref_setting, cal.reference_seed_offset, n))]
+        extra_ex = self.chat_examples(self.examples(cell.setting, cal.seed_offset, n))
+        extra = [encode(self.loaded, [e.prompt]) for e in extra_ex]
+        if m.name in ("prop1", "prop2"):
+            l_ex = sum(e.actual_tokens for e in extra_ex) / len(extra_ex)
+            tau, info = closed_form_temperature(self.loaded, reference, extra, m.name, l_ex, m.scope)
+            info["forward_passes"] = 2 * n
+        elif m.get("per_layer", False):
+            layers = calibrate_per_layer(self.loaded, reference, extra, self.calibration_options())
+            tau: float | list[float] = [r.tau for r in layers]
+            info = {"target": [r.target for r in layers],
+                    "evaluated": [{str(k): v for k, v in r.evaluated.items()} for r in layers],
+                    "forward_passes": sum(r.forward_passes for r in layers)}
+        else:
+            result = calibrate(self.loaded, reference, extra, self.calibration_options())
+            tau = result.tau
+            info = {"target": result.target, "evaluated": {str(k): v for k, v in result.evaluated.items()},
+                    "forward_passes": result.forward_passes}
+        info["L_ex"] = sum(e.actual_tokens for e in extra_ex) / len(extra_ex)
+        write_json(path, {**key, "tau": tau, **info})
+        log.info("%s: τ=%s (%d forward passes)", cell.key, tau, info["forward_passes"])
+        return tau, path, False
+
+    def cell_examples(self, setting: Setting) -> list[Example]:
+        """The evaluation examples of a cell; ``truncation`` keeps the last L_tr tokens of each prompt, and
+        a model with a ``chat_template`` sees each prompt wrapped in it."""
+        examples = self.examples(setting)
+        if self.method.name == "truncation":
+            examples = [truncated_example(e, self.loaded.tokenizer, self.loaded.l_tr) for e in examples]
+        return self.chat_examples(examples)
+
+    def chat_examples(self, examples: list[Example]) -> list[Example]:
+        """``examples`` with prompts in ``model.chat_template`` (generation only; likelihood scoring reads the
+        raw text). The fitted length ``requested_tokens`` stays the task's; ``actual_tokens`` counts the
+        wrapped prompt, the one the model reads."""
+        template = self.cfg.model.get("chat_template")
+        if not template or getattr(self.task, "scoring", "generation") == "likelihood":
+            return examples
+        from lengthx.data.fitting import count_tokens
+
+        out = []
+        for e in examples:
+            prompt = chat_prompt(str(template), e.prompt, self.cfg.model.name)
+            out.append(Example(e.id, prompt, e.target, e.requested_tokens, count_tokens(self.loaded.tokenizer, prompt),
+                               {**e.meta, "chat_template": str(template), "task_prompt_tokens": e.actual_tokens}))
+        return out
+
+    def batches(self, examples: list[Example]) -> list[list[Example]]:
+        """Consecutive runs of at most ``batch_size`` examples and ``batch_tokens`` prompt tokens (always at least
+        one example): a long setting is generated, and each record written, one example at a time, so an
+        interrupt loses at most the examples in flight."""
+        bs = max(1, int(self.cfg.batch_size))
+        budget = self.cfg.get("batch_tokens")
+        out: list[list[Example]] = []
+        for ex in examples:
+            last = out[-1] if out else None
+            if last is not None and len(last) < bs and (budget is None or sum(
+                    e.actual_tokens for e in last) + ex.actual_tokens <= int(budget)):
+                last.append(ex)
+            else:
+                out.append([ex])
+        return out
+
+    def run_cell(self, cell: Cell, chash: str) -> list[dict[str, Any]]:
+        start = time.time()
+        examples = self.cell_examples(cell.setting)
+        tau = self.temperature(cell, examples)
+        done = self.store.load_records(cell.key, repair=True)
+        modules = self.loaded.family.temperature_modules(self.loaded.model, self.method.scope) \
+            if tau != 1.0 else []
+        tau_text = ";".join(f"{t:g}" for t in tau) if isinstance(tau, list) else tau
+        set_temperature(modules, tau)
+        scores: list[dict[str, float]] = []
+        metric0 = self.task.metrics[0]
+        likelihood = getattr(self.task, "scoring", "generation") == "likelihood"
+        bs = max(1, int(self.cfg.batch_size))
+        bar = tqdm(total=len(examples), desc=cell.key, unit="ex", leave=False)
+        try:
+            todo = []
+            for ex in examples:
+                rec = done.get(ex.id)
+                if (rec is not None and rec.get("prompt_hash") == ex.prompt_hash and rec.get("tau") == tau
+                        and rec.get("config_hash") == chash):  # same prompt, τ and cell configuration
+                    scores.append(rec["scores"])
+                    bar.update(1)
+                else:
+                    todo.append(ex)
+            for chunk in self.batches(todo):
+                if likelihood:  # LM perplexity (paper A Table 3): score the continuation, generate nothing
+                    outputs = [""] * len(chunk)
+                    chunk_scores = self.task.evaluate(self.loaded, chunk, batch_size=bs)
+                else:
+                    outputs = generate(self.loaded, [e.prompt for e in chunk], self.task.max_new_tokens,
+                                       first_line=getattr(self.task, "scores_first_line", False),
+                                       start_with_text=getattr(self.task, "start_with_text", False))
+                    chunk_scores = [self.task.score(o, e) for o, e in zip(outputs, chunk, strict=True)]
+                for ex, output, sc in zip(chunk, outputs, chunk_scores, strict=True):
+                    self.store.append_record(cell.key, {
+                        "id": ex.id, "prompt_hash": ex.prompt_hash, "config_hash": chash, "target": ex.target,
+                        "output": output, "scores": sc, "tau": tau, "requested_tokens": ex.requested_tokens,
+                        "actual_tokens": ex.actual_tokens, "meta": ex.meta})
+                    scores.append(sc)
+                bar.update(len(chunk))
+                bar.set_postfix({metric0: f"{sum(s[metric0] for s in scores) / len(scores):.1f}"})
+        finally:
+            bar.close()  # also on an interrupt: the bar's line is cleared for the message after it
+            clear_temperature(modules)
+        req = [e.requested_tokens for e in examples if e.requested_tokens is not None]
+        base = self.row_fields(cell, chash, start)
+        base.update(tau=tau_text, n=len(scores), L_req=round(sum(req) / len(req)) if req else "",
+                    L_ex=round(sum(e.actual_tokens for e in examples) / len(examples), 1), status="ok")
+        rows = [{**base, "metric": m, "value": round(sum(s[m] for s in scores) / len(scores), 4)}
+                for m in self.task.metrics]
+        # τ as a metric too, so the temperature tables (paper A Tables 8-11) render from the same CSV
+        mean_tau = sum(tau) / len(tau) if isinstance(tau, list) else tau
+        return rows + [{**base, "metric": "tau", "value": round(mean_tau, 4)}]

@@ -1,0 +1,89 @@
+"""Figures of paper B from the results directory (PNG and PDF), drawn by ``lengthx figures``.
+
+- Figure 2: out-of-the-box perplexity against evaluation length (multiples of L_t), one curve per model;
+  APE models are linearly interpolated to each length (§3.2), RoPE and ALiBi run as they are.
+- Figure 3: histogram of the median attention weight of queries past L_t, before (OOTB) and after
+  segmented training (§6), from the side files ``task.attention_medians`` writes to ``attention/``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import matplotlib
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+matplotlib.use("Agg")
+
+
+PPL = "segmented_ppl"
+
+
+def _factor(label: str) -> float | None:
+    """``L_t`` → 1, ``2.5L_t`` → 2.5; None for a length given in tokens."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)?L_t", str(label))
+    return None if m is None else float(m.group(1) or 1)
+
+
+def figure2_ootb(df: pd.DataFrame, out: Path, save: Callable[[plt.Figure, Path, str], list[Path]]) -> list[Path]:
+    """Figure 2: OOTB perplexity vs length; needs ``ootb`` rows at three or more multiples of L_t."""
+    rows = df[(df["task"] == PPL) & (df["method"] == "ootb") & (df["metric"] == "ppl")].copy()
+    rows["factor"] = rows["setting"].map(_factor)
+    rows = rows.dropna(subset=["factor"])
+    curves = {m: g.sort_values("factor") for m, g in rows.groupby("model") if g["factor"].nunique() >= 3}
+    if not curves:
+        return []
+    same: dict[tuple, list[str]] = {}  # models run by the same weights (profile=mini) share one curve
+    for model, g in sorted(curves.items()):
+        same.setdefault(tuple(zip(g["factor"], g["value"].round(6), strict=True)), []).append(model)
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    for i, (points, models) in enumerate(same.items()):
+        xs, ys = zip(*points, strict=True)
+        ax.plot(xs, ys, marker="o", color=f"C{i}", label=" = ".join(models))
+    ax.set_yscale("log")
+    ax.set_xlabel(r"evaluation length ($\times L_t$)")
+    ax.set_ylabel("perplexity (mean per sequence, log scale)")
+    ax.set_title("Paper B Figure 2: out-of-the-box perplexity vs length", fontsize=10)
+    ax.axvline(1, color="grey", lw=0.5, ls=":")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save(fig, out, "sb_fig2_ootb_perplexity")
+
+
+def figure3_medians(attention_dir: Path, out: Path,
+                    save: Callable[[plt.Figure, Path, str], list[Path]]) -> list[Path]:
+    """Figure 3: per model, the histogram of log10 median attention past L_t, OOTB vs each trained run."""
+    hists = [json.loads(p.read_text()) for p in sorted(attention_dir.glob("*.json"))]
+    by_model: dict[str, list[dict]] = {}
+    for h in hists:
+        by_model.setdefault(h["model"], []).append(h)
+    baseline = {m: next((b for b in ("ootb", "pretrained") if any(h["method"] == b for h in hs)), None)
+                for m, hs in by_model.items()}  # OOTB (paper B §4.3), else the published checkpoint
+    models = sorted(m for m, hs in by_model.items() if len(hs) >= 2 and baseline[m])
+    if not models:
+        return []
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.3), squeeze=False)
+    for ax, model in zip(axes[0], models, strict=True):
+        hs = sorted(by_model[model], key=lambda h: (h["method"] != baseline[model], h["method"]))
+        for i, h in enumerate(hs):
+            edges = np.asarray(h["log10_edges"])
+            counts = np.asarray(h["counts"], dtype=float)
+            name = {"ootb": "OOTB", "pretrained": "pre-trained"}.get(h["method"], h["method"])
+            label = f"{name} (median {h['median']:.1e})"
+            ax.stairs(counts / counts.sum(), edges, color=f"C{i}", label=label, lw=1.3)
+        ax.axvline(np.log10(hs[0]["uniform_median"]), color="grey", ls=":", lw=1, label="uniform 1/(q+1)")
+        ax.set_xlabel(r"$\log_{10}$ median attention weight (queries past $L_t$)")
+        ax.set_ylabel("fraction of (layer, head, query)")
+        ax.set_title(f"{model} at {hs[0]['setting']}", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle("Paper B Figure 3: median attention weight past L_t, before and after training", fontsize=10)
+    fig.tight_layout()
+    return save(fig, out, "sb_fig3_attention_medians")

@@ -1,0 +1,307 @@
+"""Render table specs from the results CSV to booktabs LaTeX and Markdown (docs/design.md §7).
+
+Models are row groups, methods are rows (the model's own row first), columns are (task, setting, metric);
+missing cells stay empty and are listed. ``--compare-paper`` puts the published number beside ours,
+matched by the model's ``paper_role`` (mini models) or display name, the row's method and the column's
+position in the paper's CSV.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from omegaconf import OmegaConf
+
+from lengthx.config import CONF_DIR
+from lengthx.core.store import ResultsStore
+from lengthx.report.tables.intervals import CellInterval, table_intervals
+from lengthx.report.tables.published import published_rows
+from lengthx.report.tables.spec import METHOD_LABELS, PAPER_ROW_METHODS, Column, Row, TableSpec
+
+Published = list[tuple[str, str, list[str]]]
+
+
+def model_info() -> dict[str, dict[str, str]]:
+    """Display name, paper role and PE of every configured model."""
+    out = {}
+    for path in sorted((CONF_DIR / "model").glob("*.yaml")):
+        raw = OmegaConf.load(path)
+        out[str(raw.name)] = {"display": str(raw.get("display") or raw.name),
+                              "paper_role": str(raw.get("paper_role") or raw.get("display") or raw.name),
+                              "stand_in": "yes" if raw.get("paper_role") else "",
+                              "pe": str(raw.get("pe", "")),
+                              "paper_b_role": str(raw.get("paper_b_role") or raw.get("display") or raw.name)}
+    return out
+
+
+def latest_ok(df: pd.DataFrame) -> pd.DataFrame:
+    """The newest ``ok`` row per (model, method, task, setting, metric)."""
+    if df.empty:
+        return df
+    ok = df[df["status"] == "ok"].copy()
+    ok["value"] = pd.to_numeric(ok["value"], errors="coerce")
+    ok = ok.sort_values("timestamp")
+    return ok.drop_duplicates(["model", "method", "task", "setting", "metric"], keep="last")
+
+
+def read_paper_table(spec: TableSpec) -> Published:
+    """Published rows of ``spec`` as (row group, row label, values aligned with the spec's columns)."""
+    out: Published = [(m, me, list(v)) for m, me, v in spec.paper_values]
+    if spec.paper_csv is None:
+        return out
+    rows = published_rows(spec.paper_csv)  # package data; missing: FileNotFoundError naming it
+    if spec.paper_key == "pe":  # paper B Tables 3-5: tidy rows (pe, method, values…)
+        return out + [(r[0], r[1].lower(), r[2:]) for r in rows[1:]]
+    if spec.paper_key == "model_b":  # paper B Table 2: (model, value)
+        return out + [(r[0], "ootb", r[1:]) for r in rows[1:]]
+    group = ""
+    for row in rows[spec.paper_header_rows:]:
+        label, values = row[0], row[1:]
+        if label in PAPER_ROW_METHODS or label.startswith("w/"):
+            out.append((group, PAPER_ROW_METHODS.get(label, label), values))
+        elif all(v in (label, "") for v in values):
+            group = label  # a model header row with no numbers
+        else:
+            group = label
+            out.append((group, "none", values))
+    return out
+
+
+def paper_values(published: Published, role: str, method: str, row: Row | None) -> list[str]:
+    """The published values for one of our rows (model ``role``, ``method`` or an explicit ``row``)."""
+    for group, key, values in published:
+        if row is not None and group == row.paper_label and key == "none":  # a criteria row (Tables 1, 7)
+            return values
+        if row is None and group == role and key == method:
+            return values
+    if row is None and method == "log":  # the paper gives the log row once, after its last model
+        return next((v for _, k, v in published if k == "log"), [])
+    return []
+
+
+@dataclass
+class Rendered:
+    latex: str
+    markdown: str
+    missing: list[str]
+
+
+def _fmt(spec: TableSpec, v: float | None, signed: bool = False) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if spec.overflow is not None and v > spec.overflow:
+        return ">1k" if spec.overflow == 1000 else f">{spec.overflow:g}"
+    digits = 0 if spec.sig_digits_above is not None and abs(v) >= spec.sig_digits_above else spec.digits
+    return f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
+
+
+def _value(index: dict, spec: TableSpec, model: str, method: str, col: Column, metric: str) -> float | None:
+    def one(setting: str) -> float | None:
+        if spec.method_at_setting and (model, f"{method}@{setting}", col.task, setting, metric) in index:
+            return index[(model, f"{method}@{setting}", col.task, setting, metric)]
+        return index.get((model, method, col.task, setting, metric))
+
+    if col.average_of:
+        parts = [one(s) for s in col.average_of]
+        return sum(parts) / len(parts) if all(p is not None for p in parts) else None
+    return one(col.setting)
+
+
+def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
+           store: ResultsStore | None = None) -> Rendered:
+    """Render ``spec`` from results rows (both formats), listing missing cells.
+
+    With ``store`` (the results' directory) a spec with ``intervals`` shows each cell's 95% interval from its
+    records, and the Markdown gains a table of paired differences to τ = 1."""
+    ok = latest_ok(df)
+    intervals = table_intervals(store, ok, spec.tasks, {c.metric for c in spec.columns}) \
+        if spec.intervals and store is not None else {}
+    paired: list[tuple[str, list[str], bool]] = []
+    info = model_info()
+    index = {(r.model, r.method, r.task, str(r.setting), r.metric): r.value for r in ok.itertuples()}
+    present = {m for (m, _, t, _, _) in index if t in spec.tasks}
+    models = [m for m in spec.models if m in present] if spec.models else sorted(present)
+    metrics = {c.metric for c in spec.columns}
+    extra = sorted({me.split("@")[0] for (m, me, t, _, mt) in index
+                    if t in spec.tasks and mt in metrics} - set(spec.methods) - {"stats", "none"}) \
+        if spec.extra_methods else []
+    published = read_paper_table(spec) if compare_paper else []
+    body: list[tuple[str, list[str], bool]] = []  # (label, cells, is_model_row)
+    missing: list[str] = []
+    compared: list[str] = []
+    for model in models:
+        meta = info.get(model, {})
+        display = meta.get("display", model)
+        role, beside = _paper_role(spec, model, meta, published)
+        if beside:
+            compared.append(f"{display} is set beside the published {role}")
+        plan: list[tuple[str, str | None, Row | None]] = (
+            [(r.method, r.metric, r) for r in spec.rows] if spec.rows
+            else [(m, None, None) for m in spec.methods + tuple(extra)])
+        first_is_model = not spec.rows and spec.methods[0] == "none"
+        if not first_is_model:
+            body.append((display, [""] * (len(spec.columns) + spec.avg), True))
+        group_rows: list[tuple[int, list[float | None]]] = []
+        values_by_method: dict[str, list[float | None]] = {}
+        for method, metric, row in plan:
+            vals = [_value(index, spec, model, method, c, metric or c.metric) for c in spec.columns]
+            missing += _gaps(spec, f"{model} / {markdown_label(row.label) if row else method}", vals)
+            if spec.avg:
+                vals.append(sum(vals) / len(vals) if all(v is not None for v in vals) else None)
+            values_by_method[method] = vals
+            if row is not None:
+                label, is_model = row.label, False
+            else:
+                is_model = first_is_model and method == spec.methods[0]
+                label = display if is_model else METHOD_LABELS.get(method, f"w/ {method}")
+            group_rows.append((len(body), vals))
+            cells = _cells(spec, vals, published, role, method, row, compare_paper)
+            if intervals:
+                found = [intervals.get((model, method, c.task, c.setting, metric or c.metric)) for c in spec.columns]
+                cells = [f"{c} [{_fmt(spec, iv.low)}, {_fmt(spec, iv.high)}]" if iv else c
+                         for c, iv in zip(cells, [*found, None][:len(cells)], strict=True)]
+                if any(iv is not None and iv.delta is not None for iv in found):
+                    paired.append((label if not is_model else display, _deltas(spec, found) + [""] * spec.avg,
+                                   False))
+            body.append((label, cells, is_model))
+            if spec.improvement and method == spec.improvement[0] and spec.improvement[1] in values_by_method:
+                body.append(("Improvement", _improvement(spec, vals, values_by_method[spec.improvement[1]],
+                                                         published if compare_paper else None, role), False))
+        _bold_best(spec, body, group_rows)
+    headers = [c.title for c in spec.columns] + (["Avg."] if spec.avg else [])
+    groups = _column_groups(spec)
+    markdown = _markdown(spec, groups, headers, body)
+    if intervals:
+        n = sorted({iv.n for iv in intervals.values()})
+        markdown += (f"\nBrackets: 95% bootstrap interval of the mean over the cell's examples "
+                     f"(n = {', '.join(map(str, n))}; {N_BOOT_TEXT}).\n")
+    if paired:
+        title = "Paired difference to τ = 1 on the same examples (mean, 95% bootstrap interval)"
+        markdown += "\n" + _markdown(spec, groups, headers, paired).replace(spec.title, title, 1)
+    if compare_paper:
+        note = "; ".join(compared)
+        markdown += (f"\nOur value, then the published one in parentheses (– where ours is missing)"
+                     f"{'; ' + note if note else ''}.\n")
+    return Rendered(_latex(spec, groups, headers, body), markdown, missing)
+
+
+def _paper_role(spec: TableSpec, model: str, meta: dict[str, Any],
+                published: Published) -> tuple[str, bool]:
+    """(the published row this model's values are compared with, whether it is a stand-in set beside the
+    ``paper_reference`` model because the table has no row for its own role)."""
+    role = {"pe": meta.get("pe", ""), "model_b": meta.get("paper_b_role", model)}.get(
+        spec.paper_key, meta.get("paper_role", model))
+    if (published and meta.get("stand_in") and spec.paper_reference
+            and role not in {g for g, _, _ in published}):
+        return spec.paper_reference, True  # a mini stand-in beside the model it stands in for in this table
+    return role, False
+
+
+def _gaps(spec: TableSpec, where: str, vals: list[float | None]) -> list[str]:
+    """One line per task naming the columns of a row that have no value (averaged columns aside)."""
+    out = []
+    for task in dict.fromkeys(c.task for c in spec.columns):
+        gaps = [c.title for c, v in zip(spec.columns, vals, strict=True)
+                if v is None and c.task == task and not c.average_of]
+        if gaps:
+            out.append(f"{where} / {task}: {', '.join(gaps)}")
+    return out
+
+
+def _column_groups(spec: TableSpec) -> list[tuple[str, int]]:
+    """(group title, number of columns) of consecutive columns that share a group, for the header row."""
+    groups: list[tuple[str, int]] = []
+    for c in spec.columns:
+        if groups and groups[-1][0] == c.group:
+            groups[-1] = (c.group, groups[-1][1] + 1)
+        else:
+            groups.append((c.group, 1))
+    return groups
+
+
+def _improvement(spec: TableSpec, vals: list[float | None], base: list[float | None],
+                 published: Published | None, role: str) -> list[str]:
+    """The cells of an "Improvement" row: ``vals`` − ``base`` per column, beside the published row if given."""
+    diff = [a - b if a is not None and b is not None else None for a, b in zip(vals, base, strict=True)]
+    cells = [_fmt(spec, d, signed=True) for d in diff]
+    if published is not None:
+        pub = paper_values(published, role, "improvement", None)
+        cells = [f"{c or '–'} ({pub[i]})" if i < len(pub) and pub[i] else c for i, c in enumerate(cells)]
+    return cells
+
+
+N_BOOT_TEXT = "percentile bootstrap, 2000 resamples"
+
+
+def _deltas(spec: TableSpec, found: list[CellInterval | None]) -> list[str]:
+    """Cells of the paired-difference table: ``+Δ [lo, hi]`` where both this cell and τ = 1 have records."""
+    return [f"{_fmt(spec, iv.delta, signed=True)} [{_fmt(spec, iv.delta_low, signed=True)}, "
+            f"{_fmt(spec, iv.delta_high, signed=True)}]" if iv is not None and iv.delta is not None else ""
+            for iv in found]
+
+
+def _cells(spec: TableSpec, vals: list[float | None], published: Published, role: str, method: str,
+           row: Row | None, compare_paper: bool) -> list[str]:
+    cells = [_fmt(spec, v) for v in vals]
+    if compare_paper:
+        pub = paper_values(published, role, method, row)
+        cells = [f"{c or '–'} ({pub[i]})" if i < len(pub) and pub[i] else c for i, c in enumerate(cells)]
+    return cells
+
+
+def _bold_best(spec: TableSpec, body: list, group_rows: list[tuple[int, list[float | None]]]) -> None:
+    """Mark the best value of each ``bold`` column within a model group (``**…**``, ``\\textbf`` in LaTeX)."""
+    headers = [c.title for c in spec.columns] + (["Avg."] if spec.avg else [])
+    for j, h in enumerate(headers):
+        if h not in spec.bold:
+            continue
+        cand = [(vals[j], i) for i, vals in group_rows if vals[j] is not None]
+        if len(cand) < 2:
+            continue
+        best = (min if spec.lower_is_better else max)(v for v, _ in cand)
+        for v, i in cand:
+            if v == best:
+                label, cells, is_model = body[i]
+                cells[j] = f"**{cells[j]}**"
+                body[i] = (label, cells, is_model)
+
+
+def _latex(spec: TableSpec, groups, headers, body) -> str:
+    ncols = len(headers)
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\begin{{tabular}}{{l{'c' * ncols}}}", r"\toprule"]
+    grp = " & ".join(rf"\multicolumn{{{n}}}{{c}}{{{g}}}" for g, n in groups)
+    lines.append(rf"Models & {grp}" + (" & " if spec.avg else "") + r" \\")
+    start, rules = 2, []
+    for _, n in groups:
+        rules.append(rf"\cmidrule(lr){{{start}-{start + n - 1}}}")
+        start += n
+    lines.append(" ".join(rules))
+    lines.append(" & " + " & ".join(headers) + r" \\")
+    lines.append(r"\midrule")
+    for i, (label, cells, is_model) in enumerate(body):
+        if is_model and i > 0:
+            lines.append(r"\midrule")
+        tex_cells = [c.replace(">1k", r"$>$1k") for c in cells]
+        tex_cells = [rf"\textbf{{{c[2:-2]}}}" if c.startswith("**") else c for c in tex_cells]
+        lines.append(" & ".join([label.replace("_", r"\_") if is_model else label, *tex_cells]) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{spec.title}}}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def _markdown(spec: TableSpec, groups, headers, body) -> str:
+    group_row = [g for g, n in groups for _ in range(n)] + (["Avg."] if spec.avg else [])
+    head = ["Models"] + [f"{g.split(',')[0]} {h}" if g != h else h for g, h in zip(group_row, headers, strict=True)]
+    lines = [f"**{spec.title}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, cells, is_model in body:
+        name = f"**{label}**" if is_model else label
+        lines.append("| " + " | ".join([markdown_label(name), *cells]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def markdown_label(label: str) -> str:
+    r"""A row label for Markdown and the terminal: the LaTeX math of the .tex label (``w/ $P_{\max}$``) as
+    plain text (``w/ P_{max}``)."""
+    return label.replace("$", "").replace("\\", "")

@@ -1,0 +1,391 @@
+"""The continued pre-training loop of paper B (§4; docs/design.md §5): full, chunk-α, prefix-α and DA.
+
+Chunk/prefix read pieces of L_e and train on L_t sampled tokens at their original positions
+(:mod:`lengthx.segmented.sampling`); full trains on whole L_e pieces, DA on whole L_t pieces. AdamW (no decay on
+biases and norms), linear warm-up then cosine decay to ``min_lr_ratio``·lr, gradient accumulation and
+clipping, bf16 autocast on GPU. Data-parallel with Accelerate: ``accelerate launch --num_processes N -m
+lengthx.cli.train …`` splits every global batch across processes, so N processes with batch b give the same
+run as one process with batch N·b. Rerunning resumes exactly (:mod:`lengthx.segmented.checkpoints`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from lengthx.data.pieces import piece_dataset
+from lengthx.models.loading import weights_fingerprint
+from lengthx.segmented.checkpoints import (
+    CheckpointParts,
+    TrainerState,
+    _checkpoints,
+    _save_checkpoint,
+    load_checkpoint,
+)
+from lengthx.segmented.models import check_family, max_positions, prepare_for_length, segmented_forward
+from lengthx.segmented.plan import (
+    META_FILE,
+    RunSpec,
+    SequenceOrder,
+    TrainPlan,
+    make_plan,
+    micro_batch_indices,
+    resolve_run,
+    source_meta,
+)
+from lengthx.segmented.sampling import IGNORE_INDEX, collate_segmented, sample_generator
+
+log = logging.getLogger("lengthx.train")
+
+
+class WarmupCosine:
+    """LR multiplier: linear warm-up from 0 over ``warmup`` steps, then cosine decay to ``min_ratio``."""
+
+    def __init__(self, warmup: int, total: int, min_ratio: float = 0.1):
+        self.warmup, self.total, self.min_ratio = int(warmup), int(total), float(min_ratio)
+
+    def __call__(self, step: int) -> float:
+        if self.warmup and step < self.warmup:
+            return (step + 1) / self.warmup
+        span = max(1, self.total - self.warmup)
+        progress = min(1.0, (step - self.warmup) / span)
+        return self.min_ratio + (1.0 - self.min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def build_optimizer(
+    model: torch.nn.Module, lr: float, weight_decay: float, betas: tuple[float, float], eps: float = 1e-8
+) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (biases and norm weights are not decayed)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.dim() < 2 or "norm" in name.lower() or name.endswith(".bias") else decay).append(p)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps)
+
+
+def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy over the kept targets (fp32): logits[t] predicts labels[t+1]."""
+    return torch.nn.functional.cross_entropy(
+        logits[:, :-1].float().reshape(-1, logits.shape[-1]),
+        labels[:, 1:].reshape(-1),
+        ignore_index=IGNORE_INDEX,
+    )
+
+
+
+
+def load_for_training(model_cfg: Any, attn_implementation: str | None = None) -> tuple[Any, Any]:
+    """(model in fp32 and train mode, tokenizer) from ``model.path``, the local cache or the hub."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lengthx.models.loading import from_source
+
+    family = str(model_cfg.family)
+    check_family(family)
+    attn = "eager" if family == "bloom" else (attn_implementation or "sdpa")
+    path = model_cfg.get("path")
+    tokenizer = from_source(model_cfg.name, model_cfg.get("hub_id"), path, AutoTokenizer)
+    model = from_source(
+        model_cfg.name,
+        model_cfg.get("hub_id"),
+        path,
+        AutoModelForCausalLM,
+        dtype=torch.float32,
+        attn_implementation=attn,
+    )
+    model.train()
+    return model, tokenizer
+
+
+@dataclass
+class TrainResult:
+    """What a finished (or stopped) run leaves behind."""
+
+    output_dir: Path
+    final_dir: Path | None
+    plan: TrainPlan
+    step: int
+    resumed_from: int
+    curve: list[dict[str, Any]]
+    is_main: bool = True
+
+
+def read_curve(out: Path) -> list[dict[str, Any]]:
+    """The loss curve of a run (``curve.jsonl``; a torn last line is ignored)."""
+    path = Path(out) / "curve.jsonl"
+    rows = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def _truncate_curve(out: Path, step: int) -> None:
+    rows = [r for r in read_curve(out) if r["step"] <= step]
+    tmp = out / "curve.jsonl.tmp"
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.replace(out / "curve.jsonl")
+
+
+def _precision(setting: str, device_type: str) -> str:
+    if setting == "auto":
+        return "bf16" if device_type == "cuda" else "no"
+    if setting not in ("no", "bf16", "fp16"):
+        raise ValueError(f"train.precision must be auto, no, bf16 or fp16, got {setting!r}")
+    return setting
+
+
+def _accelerator(cfg: DictConfig) -> Any:
+    """Accelerate's handle for this run: CPU when asked or when no GPU is visible, the run's precision."""
+    from accelerate import Accelerator
+
+    # accelerate logs every checkpoint file at INFO and notes the tied lm_head (GPT-2, BLOOM) at WARNING on
+    # each save; the tie is restored on load (exact-resume tests check it), so keep only errors
+    logging.getLogger("accelerate").setLevel(logging.WARNING)
+    logging.getLogger("accelerate.utils.other").setLevel(logging.ERROR)
+    device = str(cfg.get("device") or "auto")
+    cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
+    precision = _precision(str(cfg.train.get("precision", "auto")), "cpu" if cpu else "cuda")
+    return Accelerator(cpu=cpu, mixed_precision=precision)
+
+
+def _claim_output_dir(cfg: DictConfig, spec: RunSpec) -> None:
+    """Record this run's config in its output directory; a directory holding a run of another config or of
+    other base weights is an error unless ``train.overwrite`` (then its checkpoints, curve and export go)."""
+    out = spec.output_dir
+    out.mkdir(parents=True, exist_ok=True)
+    cfg_file = out / "train_config.json"
+    base_weights = weights_fingerprint(cfg.model.get("path"))
+    if cfg_file.exists():
+        old = json.loads(cfg_file.read_text())
+        other_config = old.get("config_hash") != spec.config_hash
+        other_base = old.get("base_weights", base_weights) != base_weights  # runs before the field: unknown
+        if other_config or other_base:
+            if not cfg.train.get("overwrite", False):
+                raise FileExistsError(
+                    f"{out} holds a run with another configuration (hash {old.get('config_hash')} vs "
+                    f"{spec.config_hash}); choose another train.output_dir or pass train.overwrite=true"
+                    if other_config else
+                    f"{out} was trained from other weights at {cfg.model.get('path')} (the base checkpoint "
+                    "changed since); remove the run or pass train.overwrite=true to train it again"
+                )
+            shutil.rmtree(out / "checkpoints", ignore_errors=True)
+            (out / "curve.jsonl").unlink(missing_ok=True)
+            shutil.rmtree(out / "final", ignore_errors=True)
+    cfg_file.write_text(json.dumps(
+        {"config_hash": spec.config_hash, "base_weights": base_weights, "config": spec.config}, indent=1, default=str
+    ))
+
+
+def _is_finished(spec: RunSpec, plan: TrainPlan) -> bool:
+    """Whether the output directory holds the export of this very config and plan."""
+    done = spec.output_dir / "final" / META_FILE
+    if not done.is_file():
+        return False
+    meta = json.loads(done.read_text())
+    return meta.get("config_hash") == spec.config_hash and int(meta.get("steps", -1)) == plan.steps
+
+
+def _plan_for(cfg: DictConfig, spec: RunSpec, pieces: int, world: int) -> TrainPlan:
+    tc = cfg.train
+    return make_plan(spec.method, spec.l_t, spec.l_e, pieces, int(tc.batch_size), int(tc.grad_accum), world,
+                     tc.get("epochs") or cfg.method.get("epochs"), tc.get("max_steps"), float(tc.get("warmup_ratio", 0.01)),
+                     tc.get("warmup_steps"), float(tc.get("budget_fraction") or 1.0))
+
+
+@dataclass
+class _Loop:
+    """What one optimizer step needs: the prepared model and optimizer, the data and its order."""
+
+    accelerator: Any
+    model: Any
+    optimizer: torch.optim.Optimizer
+    schedule: Any
+    pieces: Any
+    order: SequenceOrder
+    spec: RunSpec
+    seed: int
+    batch_size: int
+    grad_accum: int
+    max_grad_norm: float | None
+
+    def step(self, step: int) -> tuple[float, float]:
+        """One optimizer step over ``grad_accum`` micro-batches of this process; (mean loss, its LR)."""
+        acc, ga, world = self.accelerator, self.grad_accum, self.accelerator.num_processes
+        step_loss = torch.zeros((), device=acc.device)
+        for micro in range(ga):
+            idx = micro_batch_indices(step, micro, acc.process_index, self.batch_size, ga, world)
+            rows = self.pieces[[self.order(k) for k in idx]]["input_ids"].long()
+            batch = collate_segmented(list(rows), self.spec.method, self.spec.l_t,
+                                      [sample_generator(self.seed, k) for k in idx])
+            batch = {k: v.to(acc.device) for k, v in batch.items()}
+            sync = micro == ga - 1
+            with acc.no_sync(self.model) if not sync and world > 1 else nullcontext():
+                outputs = segmented_forward(self.model, batch["input_ids"], batch["position_ids"],
+                                            batch["attention_mask"])
+                loss = causal_lm_loss(outputs.logits, batch["labels"])
+                acc.backward(loss / ga)
+            step_loss += loss.detach() / ga
+        if self.max_grad_norm:
+            acc.clip_grad_norm_(self.model.parameters(), float(self.max_grad_norm))
+        lr = self.schedule.get_last_lr()[0]  # the LR this step uses
+        self.optimizer.step()
+        self.schedule.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(acc.reduce(step_loss, reduction="mean")), lr
+
+
+def _export_final(cfg: DictConfig, spec: RunSpec, plan: TrainPlan, loop: _Loop, tokenizer: Any,
+                  state: TrainerState, positions_info: dict[str, Any]) -> Path:
+    """Save the trained model, tokenizer and ``lengthx_train.json`` to ``<output_dir>/final`` atomically."""
+    out, family = spec.output_dir, str(cfg.model.family)
+    unwrapped = loop.accelerator.unwrap_model(loop.model)
+    tmp = out / "final.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    unwrapped.save_pretrained(str(tmp))
+    tokenizer.save_pretrained(str(tmp))
+    meta = {
+        "method": spec.method.name, "label": spec.label, "alpha": spec.method.alpha, "l_t": spec.l_t,
+        "l_e": spec.l_e, "l_e_factor": spec.l_e / spec.l_t, "family": family,
+        "base_model": {"name": str(cfg.model.name), "hub_id": cfg.model.get("hub_id"), "path": cfg.model.get("path")},
+        "base_meta": source_meta(cfg.model), "positions": positions_info,
+        "max_positions": max_positions(unwrapped, family), "plan": asdict(plan), "steps": state.step,
+        "tokens": state.tokens, "config_hash": spec.config_hash, "world_size": loop.accelerator.num_processes,
+    }
+    (tmp / META_FILE).write_text(json.dumps(meta, indent=1, default=str))
+    shutil.rmtree(out / "final", ignore_errors=True)
+    os.replace(tmp, out / "final")
+    return out / "final"
+
+
+def train(cfg: DictConfig) -> TrainResult:
+    """Run (or resume) one continued pre-training run described by a ``lengthx train`` config."""
+    from accelerate.utils import set_seed
+
+    spec = resolve_run(cfg)
+    tc, out = cfg.train, spec.output_dir
+    accelerator = _accelerator(cfg)
+    set_seed(int(cfg.get("seed", 0)))
+    model, tokenizer = load_for_training(cfg.model, tc.get("attn_implementation"))
+    positions_info = prepare_for_length(model, str(cfg.model.family), spec.l_e)
+    if tc.get("gradient_checkpointing", False):
+        model.gradient_checkpointing_enable()
+    profile = str(cfg.get("profile", {}).get("name", "mini"))
+    with accelerator.main_process_first():  # tokenise once; the other processes read the cache
+        pieces = piece_dataset(cfg.data, tokenizer, "train", spec.method.source_length(spec.l_t, spec.l_e), profile)
+    plan = _plan_for(cfg, spec, len(pieces), accelerator.num_processes)
+    main = accelerator.is_main_process
+    if main:  # the output directory is touched only once model, data and plan are known to be valid
+        _claim_output_dir(cfg, spec)
+    accelerator.wait_for_everyone()
+    if _is_finished(spec, plan):  # a finished run of this very config: nothing to train or export again
+        log.info("%s is finished (%d steps); skipping", out, plan.steps)
+        accelerator.end_training()
+        return TrainResult(out, out / "final", plan, plan.steps, plan.steps, read_curve(out), main)
+    optimizer = build_optimizer(model, float(tc.lr), float(tc.weight_decay), (float(tc.betas[0]), float(tc.betas[1])),
+                                float(tc.get("eps", 1e-8)))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, WarmupCosine(plan.warmup_steps, plan.steps, float(tc.get("min_lr_ratio", 0.1))))
+    model, optimizer = accelerator.prepare(model, optimizer)
+    state = TrainerState()
+    # the scheduler is stepped by hand once per optimizer step, so it is checkpointed beside, not prepared
+    parts = CheckpointParts(accelerator, model, optimizer, schedule, state)
+    resumed_from = _resume(parts, out, plan, main)
+    seed = int(cfg.get("seed", 0))
+    loop = _Loop(accelerator, model, optimizer, schedule, pieces, SequenceOrder(seed, plan.pieces), spec, seed,
+                 int(tc.batch_size), int(tc.grad_accum), tc.get("max_grad_norm"))
+    _run_steps(loop, parts, plan, tc, main)
+    final_dir = None
+    if state.step >= plan.steps:
+        accelerator.wait_for_everyone()
+        final_dir = out / "final"
+        if main:
+            _export_final(cfg, spec, plan, loop, tokenizer, state, positions_info)
+        accelerator.wait_for_everyone()
+    accelerator.end_training()
+    return TrainResult(out, final_dir, plan, state.step, resumed_from, read_curve(out) if main else [], main)
+
+
+def _resume(parts: CheckpointParts, out: Path, plan: TrainPlan, main: bool) -> int:
+    """Load the newest checkpoint in ``out`` (if any) and cut the curve back to it; the step resumed from."""
+    ckpts = _checkpoints(out)
+    if ckpts:
+        load_checkpoint(ckpts[-1], parts)
+        log.info("resumed %s from %s (step %d of %d)", out, ckpts[-1].name, parts.state.step, plan.steps)
+    if main:
+        _truncate_curve(out, parts.state.step)
+        (out / "plan.json").write_text(json.dumps(asdict(plan), indent=1))
+    return parts.state.step if ckpts else 0
+
+
+def _run_steps(loop: _Loop, parts: CheckpointParts, plan: TrainPlan, tc: Any, main: bool) -> None:
+    """Optimizer steps until the plan is done (or ``train.stop_after_steps``): the loss curve, the progress
+    bar and a checkpoint every ``train.save_every`` steps."""
+    from tqdm.auto import tqdm
+
+    state, out = parts.state, loop.spec.output_dir
+    stop_after, save_every = tc.get("stop_after_steps"), int(tc.get("save_every") or 0)
+    bar = tqdm(total=plan.steps, initial=state.step, desc=f"train {loop.spec.label}", unit="step",
+               disable=not main or not tc.get("progress", True), dynamic_ncols=True)
+    window: list[tuple[float, int]] = []
+    loop.model.train()
+    while state.step < plan.steps:
+        if stop_after is not None and state.step >= int(stop_after):
+            break  # simulated interruption (tests): leave without a final export
+        t0 = time.time()
+        mean_loss, lr = loop.step(state.step)
+        state.step += 1
+        state.tokens += plan.tokens_per_step
+        dt = time.time() - t0
+        state.seconds += dt
+        window = (window + [(dt, plan.tokens_per_step)])[-20:]
+        tok_s = sum(n for _, n in window) / max(1e-9, sum(t for t, _ in window))
+        if main:
+            row = {"step": state.step, "loss": round(mean_loss, 6), "lr": lr, "tokens": state.tokens,
+                   "seconds": round(state.seconds, 3)}
+            with open(out / "curve.jsonl", "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row) + "\n")
+            bar.set_postfix(loss=f"{mean_loss:.4f}", tok_s=f"{tok_s:,.0f}", lr=f"{lr:.2e}")
+            bar.update(1)
+        if save_every and (state.step % save_every == 0 or state.step == plan.steps):
+            _save_checkpoint(parts, out, state.step, int(tc.get("keep_checkpoints") or 2))
+    bar.close()
+
+
+def iter_curve(out: Path) -> Iterator[tuple[int, float]]:
+    """(step, loss) pairs of a run's curve."""
+    for r in read_curve(out):
+        yield int(r["step"]), float(r["loss"])
+
+
+def main_summary(result: TrainResult) -> str:
+    """One paragraph on a run, for the CLI."""
+    last = result.curve[-1] if result.curve else {}
+    where = f"final model: {result.final_dir}" if result.final_dir else f"stopped at step {result.step}"
+    resumed = f", resumed from step {result.resumed_from}" if result.resumed_from else ""
+    return (
+        f"{result.output_dir.name}: {result.step}/{result.plan.steps} steps, {last.get('tokens', 0):,} tokens, "
+        f"loss {last.get('loss', float('nan')):.4f}{resumed}; {where}"
+    )
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use `lengthx train …` or `python -m lengthx.cli.train …`")

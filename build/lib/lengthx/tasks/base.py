@@ -1,0 +1,91 @@
+"""What every task provides: examples at a setting, a scoring rule, and per-task generation length.
+
+Settings (docs/design.md §3): each task has the paper's settings (``paper_settings`` in ``paper_unit``, with
+column labels) and the approximate token lengths ``paper_l_ex`` they correspond to at the paper's L_tr.
+The ``paper`` profile runs the paper's settings as they are; the ``mini`` profile scales ``paper_l_ex`` by
+L_tr(model) / L_tr(paper), so "15k tokens at L_tr 512" keeps its ratio on a small model. An explicit
+``task.settings=[…]`` runs those values in ``task.unit``, labelled with value and unit (``20000chars``): a
+paper column label such as ``20k`` stands for different lengths in different profiles and units, and a cell
+key (model|method|task|label, docs/design.md §7) must name one length.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from lengthx.data.fitting import count_tokens, truncate_prompt
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One point on a task's sweep axis: its table column label, a value and the value's unit."""
+
+    label: str
+    value: int
+    unit: str  # "tokens" (fitted with the tokenizer) or a task-specific unit such as "chars"
+
+
+@dataclass
+class Example:
+    """One prompt with its target; ``requested_tokens``/``actual_tokens`` record the length fitting."""
+
+    id: str
+    prompt: str
+    target: Any
+    requested_tokens: int | None
+    actual_tokens: int
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def prompt_hash(self) -> str:
+        return hashlib.sha256(self.prompt.encode()).hexdigest()[:16]
+
+
+def explicit_label(value: int, unit: str) -> str:
+    """Column label of an explicit setting, its value and unit: (20000, "chars") → "20000chars".
+
+    Never one of a task's own labels ("20k", "200", "10docs@0"), so an explicit length cannot share a cell key
+    with a paper column, nor with the same number in another unit."""
+    return f"{value}{unit}"
+
+
+def resolve_settings(task_cfg: Any, profile: str, l_tr: int) -> list[Setting]:
+    """The settings a run sweeps, from the task config, the profile and the model's training length.
+
+    ``task.only=[label, …]`` keeps just those columns (e.g. ``task.only=[20k,55k]``)."""
+    settings = all_settings(task_cfg, profile, l_tr)
+    only = task_cfg.get("only")
+    if only:
+        wanted = [str(x) for x in only]
+        unknown = sorted(set(wanted) - {s.label for s in settings})
+        if unknown:
+            raise ValueError(f"task.only names unknown settings {unknown}; this task's settings are "
+                             f"{[s.label for s in settings]}")
+        settings = [s for s in settings if s.label in wanted]
+    return settings
+
+
+def all_settings(task_cfg: Any, profile: str, l_tr: int) -> list[Setting]:
+    """Every setting of the task's sweep, before ``task.only`` narrows it."""
+    explicit = task_cfg.get("settings")
+    if explicit:
+        unit = task_cfg.get("unit") or "tokens"
+        return [Setting(explicit_label(int(v), unit), int(v), unit) for v in explicit]
+    labels = list(task_cfg.labels)
+    if profile == "paper":
+        return [Setting(lb, int(v), task_cfg.paper_unit) for lb, v in zip(labels, task_cfg.paper_settings, strict=True)]
+    scale = l_tr / float(task_cfg.paper_l_tr)
+    return [Setting(lb, round(float(v) * scale), "tokens") for lb, v in zip(labels, task_cfg.paper_l_ex, strict=True)]
+
+
+def truncated_example(example: Example, tokenizer: Any, l_tr: int) -> Example:
+    """The ``truncation`` baseline's version of ``example`` (paper A §5.4): the last ``l_tr`` tokens of its prompt.
+
+    ``requested_tokens`` keeps the setting's request; ``actual_tokens`` is what the model now reads, and
+    ``meta["untruncated_tokens"]`` the original length (the table column stays the setting).
+    """
+    prompt = truncate_prompt(tokenizer, example.prompt, l_tr)
+    meta = {**example.meta, "untruncated_tokens": example.actual_tokens, "truncated_to": l_tr}
+    return replace(example, prompt=prompt, actual_tokens=count_tokens(tokenizer, prompt), meta=meta)
