@@ -34,7 +34,7 @@ DEMO_ARGS ?= task.num_examples=4 calibration.num_examples=1 'task.only=[20k,30k]
 demo: install
 	$(LX) run task=passkey method=none $(DEMO_ARGS)
 	$(LX) run task=passkey method=pmax $(DEMO_ARGS)
-	$(LX) tables --format markdown
+	$(LX) tables --summary
 
 bench: install
 	$(BIN)/python scripts/bench_attention.py

@@ -21,6 +21,12 @@ CONF_DIR = Path(os.environ.get("LENGTHX_CONF", PACKAGE_DIR / "conf")).resolve()
 RUN_CONFIG, TRAIN_CONFIG = "run", "train"  # the two primary configs of CONF_DIR
 
 
+def default_results_dir(profile: str = "mini") -> Path:
+    """Where ``lengthx run`` writes by default (``results_dir`` in run.yaml): ``$LENGTHX_RESULTS/<profile>``,
+    else ``results/local/<profile>`` (git-ignored); the committed results are ``LENGTHX_RESULTS=results``."""
+    return Path(os.environ.get("LENGTHX_RESULTS") or "results/local") / profile
+
+
 def register_resolvers() -> None:
     """``${lengthx_pkg:checkpoints/mini-t5}``: a path inside the installed package (the shipped minis);
     ``${lengthx_repo:corpora/…}``: a path in the checkout the package runs from (repository-only data)."""

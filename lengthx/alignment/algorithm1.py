@@ -8,6 +8,7 @@ probability (or entropy) S̄_ex(τ) of the calibration examples at L_ex matches 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,8 @@ from typing import Any
 from lengthx.alignment.statistics import capture_stats
 
 TEMPERATURE_GRID: tuple[float, ...] = tuple(round(1.0 - 0.05 * i, 2) for i in range(11))  # 1.0, 0.95, …, 0.5
+
+log = logging.getLogger("lengthx")
 
 
 MODES = ("pmax", "entropy")
@@ -54,6 +57,7 @@ def align_temperature(
     def s(tau: float) -> float:
         if tau not in cache:
             cache[tau] = float(statistic(tau))
+            log.info("Algorithm 1 (%s): τ=%.2f gives S̄_ex=%.4f (target S̄_tr(1)=%.4f)", mode, tau, cache[tau], target)
         return cache[tau]
 
     taus = sorted(grid, reverse=True)  # 1.0 → 0.5: P_max rises, entropy falls along the list

@@ -69,6 +69,19 @@ def _first_comment(path: Path) -> str:
     return " ".join(lines)
 
 
+RUN_KEYS = """lengthx run KEY=VALUE … [-m] [--dry-run]: the keys users set (everything else: lengthx/conf/run.yaml)
+
+  task=passkey|lines|topics|mdqa|lm|code_completion|code_key|segmented_ppl     what to run (lengthx ls)
+  method=none|pmax|entropy|log|fixed|prop1|prop2|truncation                  how τ is chosen
+  model=mini-t5|flan-t5-xl|…        profile=mini (offline minis) | paper (the papers' lengths; name a model)
+  task.settings=[…]  task.unit=…    the sweep axis and its unit (characters, lines, topics, tokens, …)
+  task.only=[20k,30k]               run only these of the task's settings (their labels)
+  task.num_examples=N               examples per setting        calibration.num_examples=N  (Algorithm 1)
+  results_dir=DIR                   default results/local/<profile> (LENGTHX_RESULTS=results: the committed)
+  experiment=aa_table4 -m           one paper table's sweep     --dry-run  list cells, load nothing
+"""
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--debug" in argv:
@@ -79,6 +92,8 @@ def main(argv: list[str] | None = None) -> None:
         print(USAGE)
         return
     cmd, rest = argv[0], argv[1:]
+    if cmd in ("run", "stats", "calibrate") and any(a in ("-h", "--help") for a in rest):
+        print(RUN_KEYS)  # then Hydra's own help: every config group and the composed config
     with reported():
         if cmd == "run":
             hydra_command(run_command, rest, "lengthx run", dry_run_fn=dry_run_job)

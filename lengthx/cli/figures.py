@@ -8,6 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
+from lengthx.config import default_results_dir
 from lengthx.core.store import ResultsStore  # noqa: E402
 from lengthx.report.figures.paper_a import _save, figure1_bias, figure2_qq, temperature_figure
 from lengthx.report.figures.paper_b import figure2_ootb, figure3_medians  # noqa: E402
@@ -17,7 +18,7 @@ from lengthx.report.tables.render import latest_ok  # noqa: E402
 def figures_main(argv: list[str]) -> None:
     """``lengthx figures``: render every figure whose inputs exist in the results directory."""
     p = argparse.ArgumentParser(prog="lengthx figures", description=__doc__.splitlines()[0])
-    p.add_argument("--results-dir", default="results/mini")
+    p.add_argument("--results-dir", default=str(default_results_dir()))
     p.add_argument("--out", default=None, help="default: <results-dir>/figures")
     args = p.parse_args(argv)
     root = Path(args.results_dir)

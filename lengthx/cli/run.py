@@ -67,7 +67,16 @@ def run_command(cfg: DictConfig) -> None:
             print(f"interrupted; rerun the same command to resume: {kept} of {total} examples kept", file=sys.stderr)
             sys.exit(130)
     for s in summary:
-        print(f"{s['cell']:60s} {s['status']:6s} {s.get('value', '')}")
+        print(summary_line(s))
+
+
+def summary_line(s: dict) -> str:
+    """One cell of a run's summary: its key, status, and the first metric with τ and the example count."""
+    if "metric" not in s:
+        return f"{s['cell']:48s} {s['status']}" + (" (already in results.csv)" if s["status"] == "done" else "")
+    tau = s.get("tau")
+    tau_text = f"  τ={float(tau):.2f}" if tau not in (None, "") else ""
+    return f"{s['cell']:48s} {s['status']:5s} {s['metric']}={s['value']}{tau_text}  n={s.get('n', '')}"
 
 
 def calibrate_command(cfg: DictConfig) -> None:

@@ -8,9 +8,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from lengthx.config import default_results_dir
 from lengthx.core.store import ResultsStore
 from lengthx.report.tables.published import PAPER_DIR
 from lengthx.report.tables.render import render
+from lengthx.report.tables.summary import summary_markdown
 
 
 def tables_main(argv: list[str]) -> None:
@@ -18,13 +20,21 @@ def tables_main(argv: list[str]) -> None:
     from lengthx.report.tables import TABLES
 
     p = argparse.ArgumentParser(prog="lengthx tables", description=__doc__.splitlines()[0])
-    p.add_argument("--results-dir", default="results/mini", help="directory holding results.csv")
+    p.add_argument("--results-dir", default=str(default_results_dir()),
+                   help="directory holding results.csv (default: the one `lengthx run` writes, profile mini)")
     p.add_argument("--out", default=None, help="where to write .tex/.md (default: <results-dir>/tables)")
     p.add_argument("--format", choices=["latex", "markdown", "both"], default="both")
     p.add_argument("--compare-paper", action="store_true", help="show the published value beside ours")
+    p.add_argument("--summary", action="store_true",
+                   help="print one compact table of the cells present (setting × method, with τ); write nothing")
     args = p.parse_args(argv)
     store = ResultsStore(Path(args.results_dir))
     df = store.read()
+    if args.summary:
+        print(summary_markdown(df) if not df.empty else f"no results in {store.csv_path}")
+        print(f"\nevery paper table: lengthx tables --results-dir {args.results_dir}  (written to "
+              f"{Path(args.results_dir) / 'tables'})")
+        return
     if args.compare_paper and not PAPER_DIR.is_dir():
         print(f"lengthx tables --compare-paper: the published tables are not at {PAPER_DIR}: this lengthx install "
               "is incomplete; reinstall it (pip install lengthx, or pip install -e . in a clone)", file=sys.stderr)

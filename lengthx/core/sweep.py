@@ -66,7 +66,8 @@ def status_row(fields: dict[str, Any], metric: str, status: str, err: BaseExcept
 
 def sweep(store: ResultsStore, job: CellJob) -> list[dict[str, Any]]:
     """Compute every cell of ``job`` that is not done into ``store``; one summary dict per cell
-    (``cell``, ``status`` of ok / done / oom / error, and for a computed cell its first row's ``value``)."""
+    (``cell``, ``status`` of ok / done / oom / error, and for a computed cell its first row's ``metric``,
+    ``value``, ``tau`` and ``n``)."""
     summary = []
     for cell, chash in job.cells():
         if job.is_done(cell, chash):
@@ -85,7 +86,9 @@ def sweep(store: ResultsStore, job: CellJob) -> list[dict[str, Any]]:
                       type(err).__name__, err)
             rows, status = [status_row(job.row_fields(cell, chash, start), job.first_metric, "error", err)], "error"
         store.append_rows(rows, cell.key, chash)
-        summary.append({"cell": cell.key, "status": status, **({"value": rows[0]["value"]} if rows else {})})
+        first = rows[0] if rows else {}
+        summary.append({"cell": cell.key, "status": status,
+                        **{k: first[k] for k in ("metric", "value", "tau", "n") if k in first}})
         if status != "ok" and torch.cuda.is_available():
             torch.cuda.empty_cache()
     return summary
