@@ -94,3 +94,19 @@ def check_overrides(overrides: list[str], command: str = "run") -> None:
                     hint = f" ({v} is a method of lengthx {other})"
                 raise UsageError(f"unknown {key} '{v}' for lengthx {command}{hint}. Valid {key} names: "
                                  f"{', '.join(valid)}. See 'lengthx ls' for one line on each.")
+
+
+# where this checkout (or, installed, site-packages) lies: a path below it enters a hash by its place in it
+CHECKOUT_DIR = PACKAGE_DIR.parent
+
+
+def portable(value: Any) -> Any:
+    """``value`` with every string that is a path below :data:`CHECKOUT_DIR` written relative to it
+    (``<checkout>/lengthx/…``), in lists and dicts too: data shipped with the repository or the package enters
+    a hash the same from every clone. Other paths stay as they are."""
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [portable(v) for v in value]
+    root = f"{CHECKOUT_DIR}/"
+    return f"<checkout>/{value[len(root):]}" if isinstance(value, str) and value.startswith(root) else value

@@ -109,13 +109,14 @@ def test_the_checkpoint_content_still_decides_the_hash(tmp_path):
 def test_paths_inside_the_checkout_enter_by_their_place_in_it(monkeypatch):
     """Data shipped with the repository (``${lengthx_repo:…}``, ``${lengthx_pkg:…}``) hashes the same from every
     clone; a path outside the checkout is the user's own data and enters as given."""
+    import lengthx.config
     import lengthx.core.cells as cells
 
     cfg = compose_run(TABLE3_PMAX)
     setting = planned_cells(cfg)[0].setting
     hashes = []
     for root in ("/clone/a", "/elsewhere/b"):
-        monkeypatch.setattr(cells, "CHECKOUT_DIR", Path(root))
+        monkeypatch.setattr(lengthx.config, "CHECKOUT_DIR", Path(root))
         with open_dict(cfg):
             cfg.task.text_path = f"{root}/corpora/prose.txt"
         hashes.append(cells.config_hash(cfg, setting))
@@ -123,6 +124,27 @@ def test_paths_inside_the_checkout_enter_by_their_place_in_it(monkeypatch):
     with open_dict(cfg):
         cfg.task.text_path = "/data/corpora/prose.txt"  # the same file name, outside the checkout
     assert cells.config_hash(cfg, setting) != hashes[0]
+
+
+def test_a_training_run_hashes_the_same_from_every_clone(monkeypatch):
+    """Paper B's run identity (the config hash in runs/…/train_config.json and the export's meta): the shipped
+    mini it starts from and the prose archive enter by their place in the checkout, not by where it lies."""
+    import lengthx.config
+    from lengthx.cli.train import compose_train_config
+    from lengthx.segmented.plan import resolve_run
+
+    hashes = []
+    for root in ("/clone/a", "/elsewhere/b"):
+        monkeypatch.setattr(lengthx.config, "CHECKOUT_DIR", Path(root))
+        cfg = compose_train_config(["model=gpt2", "method=chunk-0.25", "start=pretrained"])
+        with open_dict(cfg):
+            cfg.model.path = f"{root}/lengthx/checkpoints/mini-gpt2"
+            cfg.data.archive = f"{root}/corpora/debian-prose.tar.xz"
+        hashes.append(resolve_run(cfg).config_hash)
+    assert hashes[0] == hashes[1]
+    with open_dict(cfg):
+        cfg.model.path = "/my/own/mini-gpt2"  # the user's checkpoint outside the checkout enters as given
+    assert resolve_run(cfg).config_hash != hashes[0]
 
 
 def test_the_calibration_cache_key_holds_no_path(tmp_path):

@@ -17,7 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from lengthx.config import PACKAGE_DIR
+from lengthx.config import portable
 from lengthx.models.loading import model_fingerprint
 from lengthx.tasks import Setting, resolve_settings
 
@@ -72,22 +72,6 @@ def model_identity(model_cfg: Any) -> dict[str, Any]:
     container = OmegaConf.to_container(model_cfg, resolve=True) if isinstance(model_cfg, DictConfig) \
         else dict(model_cfg)
     return portable({k: v for k, v in container.items() if k not in MODEL_UNHASHED_KEYS})
-
-
-# where this checkout (or, installed, site-packages) lies: a path below it enters a hash by its place in it
-CHECKOUT_DIR = PACKAGE_DIR.parent
-
-
-def portable(value: Any) -> Any:
-    """``value`` with every string that is a path below :data:`CHECKOUT_DIR` written relative to it
-    (``<checkout>/lengthx/…``), in lists and dicts too: data shipped with the repository or the package enters
-    a hash the same from every clone. Other paths stay as they are."""
-    if isinstance(value, dict):
-        return {k: portable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [portable(v) for v in value]
-    root = f"{CHECKOUT_DIR}/"
-    return f"<checkout>/{value[len(root):]}" if isinstance(value, str) and value.startswith(root) else value
 
 
 def config_hash(cfg: DictConfig, setting: Setting) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from lengthx.config import portable
 from lengthx.segmented.models import check_family
 from lengthx.segmented.sampling import SegmentMethod
 
@@ -255,7 +256,7 @@ def resolve_run(cfg: DictConfig) -> RunSpec:
         "seed": container.get("seed", 0),
         "profile": container.get("profile", {}).get("name", "mini"),
     }
-    chash = hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    chash = hashlib.sha256(json.dumps(portable(relevant), sort_keys=True, default=str).encode()).hexdigest()[:12]
     out = cfg.train.get("output_dir") or run_dir(str(relevant["profile"]), owner, label, l_e / l_t)
     return RunSpec(method, label, l_t, l_e, Path(out), chash, relevant)
 
