@@ -58,15 +58,32 @@ def figure2_ootb(df: pd.DataFrame, out: Path, save: Callable[[plt.Figure, Path, 
     return save(fig, out, "sb_fig2_ootb_perplexity")
 
 
+FIG3_MODELS = ("gpt2-xl", "pythia-1.4b", "bloom-1b1")  # paper B §5.3: Table 4's models
+FIG3_RUNS = "chunk-0.25@"  # … OOTB against chunk-0.25 at each L_e
+
+
+def _figure3_histograms(attention_dir: Path) -> tuple[dict[str, list[dict]], dict[str, str | None]]:
+    """Per model, the histograms Figure 3 compares: the baseline (OOTB, paper B §4.3, else the published
+    checkpoint) and the chunk-0.25 runs when there are any (else every trained run); Table 4's models when any
+    of them has histograms."""
+    by_model: dict[str, list[dict]] = {}
+    for p in sorted(attention_dir.glob("*.json")):
+        h = json.loads(p.read_text())
+        by_model.setdefault(h["model"], []).append(h)
+    if any(m in by_model for m in FIG3_MODELS):
+        by_model = {m: hs for m, hs in by_model.items() if m in FIG3_MODELS}
+    baseline = {m: next((b for b in ("ootb", "pretrained") if any(h["method"] == b for h in hs)), None)
+                for m, hs in by_model.items()}
+    for m, hs in by_model.items():
+        if any(h["method"].startswith(FIG3_RUNS) for h in hs):
+            by_model[m] = [h for h in hs if h["method"] == baseline[m] or h["method"].startswith(FIG3_RUNS)]
+    return by_model, baseline
+
+
 def figure3_medians(attention_dir: Path, out: Path,
                     save: Callable[[plt.Figure, Path, str], list[Path]]) -> list[Path]:
-    """Figure 3: per model, the histogram of log10 median attention past L_t, OOTB vs each trained run."""
-    hists = [json.loads(p.read_text()) for p in sorted(attention_dir.glob("*.json"))]
-    by_model: dict[str, list[dict]] = {}
-    for h in hists:
-        by_model.setdefault(h["model"], []).append(h)
-    baseline = {m: next((b for b in ("ootb", "pretrained") if any(h["method"] == b for h in hs)), None)
-                for m, hs in by_model.items()}  # OOTB (paper B §4.3), else the published checkpoint
+    """Figure 3: per model, the histogram of log10 median attention past L_t, OOTB vs chunk-0.25."""
+    by_model, baseline = _figure3_histograms(attention_dir)
     models = sorted(m for m, hs in by_model.items() if len(hs) >= 2 and baseline[m])
     if not models:
         return []
