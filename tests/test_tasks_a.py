@@ -90,7 +90,7 @@ TOPICS_HEADER = (
     "<TOPIC>'. Memorize each <TOPIC>. At the end of the record, I will ask you to retrieve the first topic. "
     "Now the record start. "
 )
-TOPICS_QUESTION = (" Now the record ends. What is the first topic we discussed? Only give me the topic name. "
+TOPICS_QUESTION = (" Now the record ends. What is the first topic(s) we discussed? Only give me the topic name. "
                    "Do not summarize yourself.")
 
 
@@ -369,6 +369,29 @@ def test_topics_read_longeval_conversations(tmp_path, byt5):
     assert ex.target in {r["topic"] for r in rows}
     with pytest.raises(ValueError, match="without replacement"):
         task.examples(Setting("7", 7, "topics"), byt5, 1, seed=0)
+
+
+def _longeval_conversation(topic: str) -> str:
+    """A conversation in the layout of LongEval's conversations.jsonl (turns joined by " \\n ", no space at
+    either end, the last USER turn closing the topic)."""
+    return (f"USER: I would like to discuss the topic of {topic.lower()}. \n ASSISTANT: Sure, I'd be happy to "
+            f"talk about that with you! \n USER: Great, this is the end of our discussion on the topic {topic}, "
+            "let's talk about the next topic.")
+
+
+def test_topics_prompt_concatenates_conversations_as_longeval(tmp_path, byt5):
+    """LongEval's generator appends each conversation to the record with nothing between them and asks for
+    "the first topic(s)"."""
+    rows = [{"topic_id": k, "topic": f"The history of place {k}", "conversation": _longeval_conversation(
+        f"The history of place {k}")} for k in range(4)]
+    path = _write_jsonl(tmp_path / "conversations.jsonl", rows)
+    task = TopicsTask(conversations_path=str(path))
+    (ex,) = task.examples(Setting("3", 3, "topics"), byt5, 1, seed=0)
+    texts = {r["topic"]: r["conversation"] for r in rows}
+    chosen = [texts[t] for t in ex.meta["topics"]]
+    assert ex.prompt == TOPICS_HEADER.format(n=3) + "".join(chosen) + TOPICS_QUESTION
+    assert ex.prompt.count("let's talk about the next topic.USER: I would like to discuss the topic of") == 2
+    assert "What is the first topic(s) we discussed?" in ex.prompt
 
 
 def test_mdqa_reads_upstream_files_in_their_order(tmp_path, byt5):

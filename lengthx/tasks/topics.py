@@ -1,10 +1,12 @@
 """Topic retrieval (LongEval "topics", Li et al. 2023), paper A §5.2 / Table 4.
 
 Benchmark facts (docs/design.md §10, verbatim): a header saying the record holds a conversation on N topics, each
-opening with "USER: I would like to discuss the topic of <TOPIC>", the conversations one after another (as
-upstream, concatenated), and the question "What is the first topic we discussed? Only give me the topic
-name. Do not summarize yourself." Upstream used 50 cases per setting (5, 10, 15, 20, 25 topics), topics
-drawn without replacement.
+opening with "USER: I would like to discuss the topic of <TOPIC>", the conversations one after another, and
+the question. As LongEval's current test-case generator builds them, the conversations are concatenated with
+nothing between them (a conversation ends "... let's talk about the next topic." and the next begins
+"USER: ..." right after the full stop), and the question reads "What is the first topic(s) we discussed? Only
+give me the topic name. Do not summarize yourself." Upstream used 50 cases per setting (5, 10, 15, 20, 25
+topics), topics drawn without replacement.
 
 Conversations come from LongEval's ``conversations.jsonl`` (one JSON object per line with string fields
 ``topic`` and ``conversation``) when ``task.conversations_path`` names it; offline they are generated here
@@ -41,7 +43,7 @@ HEADER = (
     "Now the record start. "
 )
 CLOSING = (
-    " Now the record ends. What is the first topic we discussed? Only give me the topic name. "
+    " Now the record ends. What is the first topic(s) we discussed? Only give me the topic name. "
     "Do not summarize yourself."
 )
 OPENER = "USER: I would like to discuss the topic of {topic}."
@@ -58,16 +60,10 @@ class Conversation:
 def topics_prompt(conversations: list[str], n_topics: int | None = None) -> str:
     """The LongEval topics prompt: header with N, the conversations concatenated, the question.
 
-    Conversations are concatenated as upstream does; a single space is inserted only where neither side
-    of a junction has whitespace (our generated conversations carry none at their ends).
-    """
+    Conversations are joined with nothing between them, as upstream appends each conversation's text to
+    the record: "...the next topic.USER: I would like to discuss..."."""
     n = len(conversations) if n_topics is None else n_topics
-    body = ""
-    for conv in conversations:
-        if body and not body[-1].isspace() and conv and not conv[0].isspace():
-            body += " "
-        body += conv
-    return HEADER.format(n=n) + body + CLOSING
+    return HEADER.format(n=n) + "".join(conversations) + CLOSING
 
 
 def read_conversations(path: str | Path) -> list[Conversation]:
