@@ -107,7 +107,17 @@ class Runner:
         return row_fields(cell, chash, start, paper=self.cfg.task.paper,
                           table=self.cfg.get("table") or self.cfg.task.table, l_tr=self.cfg.model.l_tr,
                           seed=self.cfg.task.seed,
-                          device=str(self._loaded.device) if self._loaded else str(self.cfg.device))
+                          device=str(self._loaded.device) if self._loaded else str(self.cfg.device),
+                          data=self.data_source(cell.setting))
+
+    def data_source(self, setting: Setting) -> str:
+        """What the setting's examples are built from (the ``data`` column), ``""`` when it cannot be told
+        (a status row of a cell whose data could not be read)."""
+        source = getattr(self.task, "data_source", None)
+        try:
+            return str(source(setting)) if source is not None else ""
+        except (OSError, ValueError):
+            return ""
 
     # ---- one cell ---------------------------------------------------------------------------------------
     def examples(self, setting: Setting, seed_offset: int = 0, n: int | None = None) -> list[Example]:

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from lengthx.data.fitting import count_tokens, truncate_prompt
+from lengthx.data.provenance import hub_dataset_cached, hub_offline
 
 
 @dataclass(frozen=True)
@@ -89,3 +91,20 @@ def truncated_example(example: Example, tokenizer: Any, l_tr: int) -> Example:
     prompt = truncate_prompt(tokenizer, example.prompt, l_tr)
     meta = {**example.meta, "untruncated_tokens": example.actual_tokens, "truncated_to": l_tr}
     return replace(example, prompt=prompt, actual_tokens=count_tokens(tokenizer, prompt), meta=meta)
+
+
+# ---- the data a task reads (checked before any model loads: lengthx.cli.validate) ------------------------
+def missing_path(key: str, path: Any, what: str) -> str | None:
+    """The problem when ``path`` (the config key ``key``) does not exist, naming what it should hold."""
+    if not Path(str(path)).exists():
+        return f"{key}={path}: no such file or directory. Fix: point {key} at {what}"
+    return None
+
+
+def hub_problem(task: str, dataset: str, split: str, fix: str) -> str | None:
+    """The problem when a hub dataset can be neither downloaded (offline) nor read from the local cache."""
+    if hub_offline() and not hub_dataset_cached(dataset):
+        return (f"task={task} reads the Hugging Face dataset {dataset} (split {split}), which is not in the local "
+                f"cache, and the hub is offline (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE). Fix: load it once "
+                f"online, or {fix}")
+    return None

@@ -36,7 +36,8 @@ from typing import Any
 from lengthx.data.corpora import stdlib_split
 from lengthx.data.fitting import chars_per_token, count_tokens, suffix_with_tokens
 from lengthx.data.jsonl import DataFormatError, read_jsonl
-from lengthx.tasks.base import Example, Setting
+from lengthx.data.provenance import file_label, hub_label, stdlib_label
+from lengthx.tasks.base import Example, Setting, hub_problem, missing_path
 from lengthx.tasks.metrics import code_exact_match, edit_similarity, first_line
 
 LCC_DATASET = "microsoft/LCC_python"
@@ -118,6 +119,8 @@ class CodeCompletionTask:
 
     name = "code_completion"
     metrics = ("exact_match", "edit_similarity")
+    paper_data = f"{LCC_DATASET} (Hugging Face hub, test split)"
+    stand_in = {"stdlib": "the Python standard library's own source (held-out files)"}
     scores_first_line = True  # generation may stop after the first complete line (lengthx.models.generation.FirstLineDone)
 
     def __init__(self, max_new_tokens: int = 64, source: str = "auto", data_path: str | None = None,
@@ -144,6 +147,17 @@ class CodeCompletionTask:
                    stdlib_split=str(task_cfg.get("stdlib_split", "all")),
                    same_text=bool(task_cfg.get("same_text", False)),
                    start_with_text=bool(task_cfg.get("start_with_text", False)))
+
+    @staticmethod
+    def data_problem(task_cfg: Any, profile: str, settings: list[Setting] | None = None) -> str | None:
+        """Why this config cannot read its rows, or ``None`` (a missing file; a hub dataset offline and not
+        cached). The standard library is always there."""
+        return code_data_problem("code_completion", task_cfg, profile, "context, gt")
+
+    def data_source(self, setting: Setting) -> str:
+        """The rows' file (name and hash), hub dataset and split, or standard-library split."""
+        return code_data_label(self.source, self.data_path, self.hf_dataset, self.hf_split,
+                               stdlib_label(self.stdlib_split))
 
     # ---- rows ------------------------------------------------------------------------------------------
     def rows(self) -> list[CodeRow]:
@@ -246,3 +260,25 @@ def resolve_source(source: str, data_path: str | None, profile: str, real: str =
     if data_path:
         return "jsonl"
     return real if profile == "paper" else offline
+
+
+def code_data_problem(task: str, task_cfg: Any, profile: str, fields: str) -> str | None:
+    """What keeps a code task (completion, code key) from its data, or ``None``."""
+    source = resolve_source(task_cfg.get("source", "auto"), task_cfg.get("data_path"), profile)
+    if source == "jsonl":
+        if not task_cfg.get("data_path"):
+            return f"task.source=jsonl needs task.data_path=FILE (a .jsonl[.gz] with fields {fields})"
+        return missing_path("task.data_path", task_cfg.data_path, f"a .jsonl[.gz] file with fields {fields}")
+    if source == "hf":
+        return hub_problem(task, str(task_cfg.get("hf_dataset", LCC_DATASET)), str(task_cfg.get("hf_split", "test")),
+                           f"pass task.source=jsonl task.data_path=FILE (fields {fields})")
+    return None
+
+
+def code_data_label(source: str, data_path: str | None, hf_dataset: str, hf_split: str, stdlib: str) -> str:
+    """The ``data`` column of a code task's rows (lengthx.data.provenance)."""
+    if source == "jsonl":
+        return file_label(data_path) if data_path else ""
+    if source == "hf":
+        return hub_label(hf_dataset, hf_split)
+    return stdlib

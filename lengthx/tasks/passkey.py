@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from lengthx.data.fitting import count_tokens, fit_to_tokens
+from lengthx.data.provenance import SYNTHETIC
 from lengthx.tasks.base import Example, Setting
 from lengthx.tasks.metrics import passkey_correct
 
@@ -70,6 +71,10 @@ class PasskeyTask:
 
     def __init__(self, max_new_tokens: int = 10):
         self.max_new_tokens = max_new_tokens
+
+    def data_source(self, setting: Setting) -> str:
+        """``synthetic``: the benchmark generates its examples, upstream too (lengthx.data.provenance)."""
+        return SYNTHETIC
 
     def examples(self, setting: Setting, tokenizer, n: int, seed: int) -> list[Example]:
         """``n`` examples at ``setting`` (n_garbage characters, or a token count fitted by bisection)."""
