@@ -53,10 +53,20 @@ def method_id(method_cfg: Any) -> str:
     return name
 
 
+# model config keys that only describe a model (paper A Table 2, paper B Table 1) and never change a number
+DESCRIPTIVE_MODEL_KEYS = ("params",)
+
+
+def hashed_model(cfg: DictConfig) -> dict[str, Any]:
+    """``cfg.model`` as a cell's hash (and Algorithm 1's cache key) sees it: without descriptive keys."""
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    return {k: v for k, v in model.items() if k not in DESCRIPTIVE_MODEL_KEYS}
+
+
 def config_hash(cfg: DictConfig, setting: Setting) -> str:
     """Hash of everything that decides a cell's numbers (not the results directory or device)."""
     relevant = {
-        "model": OmegaConf.to_container(cfg.model, resolve=True),
+        "model": hashed_model(cfg),
         "method": OmegaConf.to_container(cfg.method, resolve=True),
         "task": {k: v for k, v in OmegaConf.to_container(cfg.task, resolve=True).items() if k not in ("settings", "only")},
         "setting": [setting.label, setting.value, setting.unit],

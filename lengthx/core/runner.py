@@ -15,13 +15,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from lengthx.alignment.algorithm1 import calibrate, calibrate_per_layer
 from lengthx.alignment.propositions import closed_form_temperature, log_temperature
 from lengthx.attention.temperature import clear_temperature, set_temperature
-from lengthx.core.cells import RUNNABLE_METHODS, Cell, cell_hash, method_id
+from lengthx.core.cells import RUNNABLE_METHODS, Cell, cell_hash, hashed_model, method_id
 from lengthx.core.store import (
     ResultsStore,
     read_json,
@@ -148,7 +148,7 @@ class Runner:
     def calibration_path(self, cell: Cell) -> tuple[Path, dict[str, Any]]:
         """Cache file of Algorithm 1 for this cell, and the key it is stored under."""
         m = self.method
-        key = {"model": OmegaConf.to_container(self.cfg.model, resolve=True), "task": cell.task,
+        key = {"model": hashed_model(self.cfg), "task": cell.task,
                "setting": [cell.setting.label, cell.setting.value, cell.setting.unit], "mode": m.name,
                "search": m.get("search"), "scope": m.scope, "per_layer": bool(m.get("per_layer", False)),
                "n": int(self.cfg.calibration.num_examples), "seed": int(self.cfg.task.seed),
