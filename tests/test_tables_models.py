@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 from omegaconf import open_dict
 
 from lengthx.cli.tables import tables_main
@@ -50,3 +51,22 @@ def test_descriptive_model_keys_do_not_change_a_cells_hash(tmp_path):
     with open_dict(cfg.model):
         cfg.model.params = "12M"
     assert config_hash(cfg, setting) == with_params
+
+
+# ---- Table 10: τ of every calibrated gold position ------------------------------------------------------------
+
+
+def test_table10_shows_tau_of_every_calibrated_gold_position():
+    from lengthx.report.tables.paper_a import TABLE10
+    from lengthx.report.tables.render import render
+
+    taus = {"10docs@0": 0.80, "10docs@4": 0.85, "10docs@9": 0.75, "30docs@29": 0.55}
+    df = pd.DataFrame([{"model": "mini-t5", "method": "pmax", "task": "mdqa", "setting": s, "metric": "tau",
+                        "value": v, "status": "ok", "timestamp": "t", "data": "generated"} for s, v in taus.items()])
+    out = render(TABLE10, df, compare_paper=True)
+    row = _table(out.markdown)["w/ P_{max}"]
+    assert len(row) == 15  # 3 + 5 + 7 gold positions, each calibrated separately
+    assert row[:3] == ["0.80 (0.85)", "0.85 (0.85)", "0.75 (0.85)"]  # the paper's one 10-docs τ beside each
+    assert row[-1] == "0.55 (0.75)" and row[3] == "– (0.75)"
+    header = next(line for line in out.markdown.splitlines() if line.startswith("| Models"))
+    assert "10 Docs 4" in header and "30 Docs 29" in header

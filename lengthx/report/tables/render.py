@@ -259,9 +259,17 @@ def _improvement(spec: TableSpec, vals: list[float | None], base: list[float | N
     diff = [a - b if a is not None and b is not None else None for a, b in zip(vals, base, strict=True)]
     cells = [_fmt(spec, d, signed=True) for d in diff]
     if published is not None:
-        pub = paper_values(published, role, "improvement", None)
-        cells = [f"{c or '–'} ({pub[i]})" if i < len(pub) and pub[i] else c for i, c in enumerate(cells)]
+        cells = _beside_published(spec, cells, paper_values(published, role, "improvement", None))
     return cells
+
+
+def _beside_published(spec: TableSpec, cells: list[str], pub: list[str]) -> list[str]:
+    """``ours (published)`` per cell, the published value taken from the column ``spec.paper_column`` names."""
+    out = []
+    for i, c in enumerate(cells):
+        k = spec.paper_column(i)
+        out.append(f"{c or '–'} ({pub[k]})" if k < len(pub) and pub[k] else c)
+    return out
 
 
 N_BOOT_TEXT = "percentile bootstrap, 2000 resamples"
@@ -278,8 +286,7 @@ def _cells(spec: TableSpec, vals: list[float | None], published: Published, role
            row: Row | None, compare_paper: bool) -> list[str]:
     cells = [_fmt(spec, v) for v in vals]
     if compare_paper:
-        pub = paper_values(published, role, method, row)
-        cells = [f"{c or '–'} ({pub[i]})" if i < len(pub) and pub[i] else c for i, c in enumerate(cells)]
+        cells = _beside_published(spec, cells, paper_values(published, role, method, row))
     return cells
 
 
