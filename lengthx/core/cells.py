@@ -13,7 +13,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from lengthx.models.loading import weights_fingerprint
-from lengthx.tasks import Setting, resolve_settings
+from lengthx.tasks import TASKS, Setting, resolve_settings
 
 log = logging.getLogger("lengthx")
 
@@ -74,6 +74,8 @@ def config_hash(cfg: DictConfig, setting: Setting) -> str:
         "calibration": OmegaConf.to_container(cfg.calibration, resolve=True)
         if cfg.method.name in ("pmax", "entropy", "prop1", "prop2") else None,
     }
+    if relevant["calibration"] is not None and getattr(TASKS.get(str(cfg.task.name)), "calibration_item", None):
+        relevant["calibration"]["disjoint_from_evaluation"] = True  # docs/design.md §5 (lengthx.tasks.base)
     return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 

@@ -12,6 +12,7 @@ key (model|method|task|label, docs/design.md §7) must name one length.
 from __future__ import annotations
 
 import hashlib
+import random
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,24 @@ class Example:
     @property
     def prompt_hash(self) -> str:
         return hashlib.sha256(self.prompt.encode()).hexdigest()[:16]
+
+
+# Algorithm 1 calibrates on examples that are not evaluation examples (docs/design.md §5). A task that draws its
+# examples from a finite pool (MDQA's questions, LCC's rows) names each example's pool item in
+# ``meta[task.calibration_item]``; calibration examples exclude the evaluation's items, and an evaluation that
+# asks for every item of its pool (the paper profile: every question, every row of a bucket) leaves this many
+# (at most half the pool) for calibration.
+CALIBRATION_RESERVE = 5  # the paper profile's calibration.num_examples
+
+
+def reserved_items(pool: list[Any], n: int, reserve: int, key: str) -> set[Any]:
+    """The items of ``pool`` an evaluation of ``n`` examples leaves for calibration: none when ``n`` is smaller
+    than the pool (the evaluation's seeded sample leaves the rest), else ``min(reserve, len(pool) // 2)`` of
+    them, chosen by ``key``'s seed."""
+    keep = min(reserve, len(pool) // 2)
+    if keep == 0 or n < len(pool):
+        return set()
+    return set(random.Random(key).sample(pool, keep))
 
 
 def explicit_label(value: int, unit: str) -> str:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -40,7 +41,7 @@ from typing import Any
 from lengthx.data.fitting import bisect_largest, count_tokens, fit_to_tokens
 from lengthx.data.jsonl import DataFormatError, read_jsonl
 from lengthx.data.provenance import GENERATED, file_label
-from lengthx.tasks.base import Example, Setting, missing_path
+from lengthx.tasks.base import Example, Setting, missing_path, reserved_items
 from lengthx.tasks.metrics import best_subspan_em
 
 INSTRUCTION = (
@@ -301,6 +302,7 @@ class MDQATask:
 
     name = "mdqa"
     metrics = ("accuracy",)
+    calibration_item = "record"  # meta key of an example's question (lengthx.tasks.base.CALIBRATION_RESERVE)
     paper_data = PAPER_DATA
     stand_in = {GENERATED: "a QA set generated from lengthx's templates (fictional towns)"}
 
@@ -367,14 +369,22 @@ class MDQATask:
             raise ValueError(f"setting {setting.label} says {parsed[0]} documents but its value is {setting.value}")
         return parsed
 
-    def examples(self, setting: Setting, tokenizer, n: int, seed: int) -> list[Example]:
-        """``n`` seeded questions at ``setting`` (the same questions at every setting of one data set)."""
+    def examples(self, setting: Setting, tokenizer, n: int, seed: int, exclude: Collection[int] = (),
+                 reserve: int = 0) -> list[Example]:
+        """``n`` seeded questions at ``setting`` (the same questions at every setting of one data set).
+
+        Questions in ``exclude`` (record indices, ``meta["record"]``) are never drawn: Algorithm 1's calibration
+        questions exclude the evaluation's. ``reserve``: when ``n`` asks for every question, that many are left
+        out for calibration (:func:`lengthx.tasks.base.reserved_items`)."""
         if setting.unit not in ("docs", "tokens"):
             raise ValueError(f"mdqa settings are in docs or tokens, not {setting.unit!r}")
         struct = self.structure(setting)
         records = self.records(*(struct or (30, 0)))
-        picked = list(range(len(records))) if n >= len(records) else \
-            sorted(random.Random(f"mdqa:{seed}").sample(range(len(records)), n))
+        excluded = set(exclude)
+        pool = [i for i in range(len(records)) if i not in excluded]
+        held = reserved_items(pool, n, reserve, f"mdqa:reserve:{seed}")
+        pool = [i for i in pool if i not in held]
+        picked = pool if n >= len(pool) else sorted(random.Random(f"mdqa:{seed}").sample(pool, n))
         out = []
         for k, idx in enumerate(picked):
             rec = records[idx]
