@@ -125,6 +125,11 @@ def test_hydra_dry_run_lists_the_sweep_and_writes_nothing(paper_plan, tmp_path):
 
 # ---- LongChat: the llama family in its chat template (Table 4's baseline row) --------------------------
 
+# FastChat's vicuna_v1.1 conversation (system line, roles USER/ASSISTANT, separator " "), as LongEval prompts LongChat
+VICUNA_SYSTEM = ("A chat between a curious user and an artificial intelligence assistant. The assistant gives "
+                 "helpful, detailed, and polite answers to the user's questions.")
+LONGCHAT_TEMPLATE = f"{VICUNA_SYSTEM} USER: {{prompt}} ASSISTANT:"
+
 
 @pytest.fixture(scope="module")
 def tiny_llama_dir(tmp_path_factory) -> str:
@@ -149,7 +154,7 @@ def test_longchat_prompts_are_wrapped_in_its_chat_template(tiny_llama_dir, tmp_p
                  "batch_size=2", "device=cpu"]
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         cfg = compose("run", overrides=overrides)
-    assert cfg.model.chat_template == "USER: {prompt} ASSISTANT:"  # conf/model/longchat-13b-16k.yaml
+    assert cfg.model.chat_template == LONGCHAT_TEMPLATE  # conf/model/longchat-13b-16k.yaml
     runner = Runner(cfg)
     fed: list[torch.Tensor] = []
     runner.loaded.model.register_forward_pre_hook(
@@ -160,12 +165,12 @@ def test_longchat_prompts_are_wrapped_in_its_chat_template(tiny_llama_dir, tmp_p
     tok = runner.loaded.tokenizer
     first = [tok.decode(row, skip_special_tokens=True) for row in fed[0]]  # the prompt step of generation
     raw = runner.task.examples(runner.settings()[0], tok, 2, int(cfg.task.seed))
-    assert first == [f"USER: {e.prompt} ASSISTANT:" for e in raw]
+    assert first == [f"{VICUNA_SYSTEM} USER: {e.prompt} ASSISTANT:" for e in raw]
     records = [json.loads(x) for x in next((tmp_path / "records").glob("*.jsonl")).read_text().splitlines()]
     for rec, e in zip(records, raw, strict=True):
         assert rec["requested_tokens"] == 150 and abs(e.actual_tokens - 150) <= 3  # the task prompt is fitted
-        assert rec["actual_tokens"] == len(tok(f"USER: {e.prompt} ASSISTANT:")["input_ids"])
-        assert rec["meta"]["chat_template"] == "USER: {prompt} ASSISTANT:"
+        assert rec["actual_tokens"] == len(tok(f"{VICUNA_SYSTEM} USER: {e.prompt} ASSISTANT:")["input_ids"])
+        assert rec["meta"]["chat_template"] == LONGCHAT_TEMPLATE
 
 
 @pytest.mark.slow

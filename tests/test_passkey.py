@@ -14,9 +14,21 @@ def test_prompt_format_is_the_reference():
                         "them. I will quiz you about the important information there.")
     assert lines[1] == filler(200)[:90]
     assert lines[2] == "The pass key is 4242. Remember it. 4242 is the pass key."
-    assert lines[3] == filler(200)[90:]
+    assert lines[3] == filler(110)  # the suffix is cut from the filler's start again (see below)
     assert lines[4] == "What is the pass key? The pass key is"
     assert filler(200).startswith(FILLER_UNIT + " The grass") and len(filler(200)) == 200
+
+
+def test_suffix_filler_restarts_at_the_unit_start_as_upstream():
+    """Landmark Attention cuts prefix and suffix from the start of one repeated text
+    (``garbage_inf[:n_garbage_prefix]``, ``garbage_inf[:n_garbage_suffix]``): after the key the filler starts
+    again at "The grass is green.", it does not continue mid-sentence where the prefix stopped."""
+    for n_garbage, prefix in ((200, 90), (500, 37), (400, 0), (300, 300)):
+        lines = passkey_prompt(1, n_garbage, prefix).split("\n")
+        assert lines[1] == filler(prefix) and lines[3] == filler(n_garbage - prefix)
+        assert len(lines[1]) + len(lines[3]) == n_garbage
+        assert not lines[3] or FILLER_UNIT.startswith(lines[3][:len(FILLER_UNIT)])
+    assert passkey_prompt(1, 200, 90).split("\n")[3].startswith("The grass is green. The sky")
 
 
 def test_examples_fit_tokens_and_are_seeded(byt5):

@@ -85,7 +85,7 @@ TOPICS_HEADER = (
     "<TOPIC>'. Memorize each <TOPIC>. At the end of the record, I will ask you to retrieve the first topic. "
     "Now the record start. "
 )
-TOPICS_QUESTION = (" Now the record ends. What is the first topic we discussed? Only give me the topic name. "
+TOPICS_QUESTION = (" Now the record ends. What is the first topic(s) we discussed? Only give me the topic name. "
                    "Do not summarize yourself.")
 
 
@@ -366,6 +366,29 @@ def test_topics_read_longeval_conversations(tmp_path, byt5):
         task.examples(Setting("7", 7, "topics"), byt5, 1, seed=0)
 
 
+def _longeval_conversation(topic: str) -> str:
+    """A conversation in the layout of LongEval's conversations.jsonl (turns joined by " \\n ", no space at
+    either end, the last USER turn closing the topic)."""
+    return (f"USER: I would like to discuss the topic of {topic.lower()}. \n ASSISTANT: Sure, I'd be happy to "
+            f"talk about that with you! \n USER: Great, this is the end of our discussion on the topic {topic}, "
+            "let's talk about the next topic.")
+
+
+def test_topics_prompt_concatenates_conversations_as_longeval(tmp_path, byt5):
+    """LongEval's generator appends each conversation to the record with nothing between them and asks for
+    "the first topic(s)"."""
+    rows = [{"topic_id": k, "topic": f"The history of place {k}", "conversation": _longeval_conversation(
+        f"The history of place {k}")} for k in range(4)]
+    path = _write_jsonl(tmp_path / "conversations.jsonl", rows)
+    task = TopicsTask(conversations_path=str(path))
+    (ex,) = task.examples(Setting("3", 3, "topics"), byt5, 1, seed=0)
+    texts = {r["topic"]: r["conversation"] for r in rows}
+    chosen = [texts[t] for t in ex.meta["topics"]]
+    assert ex.prompt == TOPICS_HEADER.format(n=3) + "".join(chosen) + TOPICS_QUESTION
+    assert ex.prompt.count("let's talk about the next topic.USER: I would like to discuss the topic of") == 2
+    assert "What is the first topic(s) we discussed?" in ex.prompt
+
+
 def test_mdqa_reads_upstream_files_in_their_order(tmp_path, byt5):
     recs = generate_records(3, seed=1)
 
@@ -458,12 +481,15 @@ def test_table_specs_match_the_published_layouts():
     for spec in PAPER_A_SPECS:
         if spec.paper_csv:
             rows = list(csv.reader(open(PAPER_TABLES / Path(spec.paper_csv).name, encoding="utf-8")))
-            # our columns are the paper's, in order
-            width = len(spec.columns) + int(spec.avg)
+            # our columns are the paper's, in order (Table 10: several of ours per published column)
+            width = len({spec.paper_column(j) for j in range(len(spec.columns))}) + int(spec.avg)
             assert width == len(rows[spec.paper_header_rows]) - 1, spec.id
             headers = rows[spec.paper_header_rows - 1][1:]
             ours = [c.title for c in spec.columns] + (["Avg."] if spec.avg else [])
-            if spec.rows is None:  # Tables 1/7 head their columns "L_tr"/longest, not the paper's 512/15k
+            if spec.paper_columns is not None:
+                assert all(headers[spec.paper_column(j)].startswith(c.group)
+                           for j, c in enumerate(spec.columns)), spec.id
+            elif spec.rows is None:  # Tables 1/7 head their columns "L_tr"/longest, not the paper's 512/15k
                 assert all(p.startswith(o) for o, p in zip(ours, headers[:width], strict=True)), spec.id
         for c in spec.columns:  # every column names a configured task and one of its labels
             labels = [*OmegaConf.load(CONF / f"{c.task}.yaml").labels, "L_tr"]  # L_tr: the reference length

@@ -16,8 +16,9 @@ from lengthx.report.tables.summary import summary_markdown
 
 
 def tables_main(argv: list[str]) -> None:
-    """``lengthx tables``: render every table that has rows in the results CSV."""
-    from lengthx.report.tables import TABLES
+    """``lengthx tables``: render every table that has rows in the results CSV, and the tables of the
+    model configs (paper A Table 2, paper B Table 1)."""
+    from lengthx.report.tables import DESCRIPTIVE, TABLES
 
     p = argparse.ArgumentParser(prog="lengthx tables", description=__doc__.splitlines()[0])
     p.add_argument("--results-dir", default=str(default_results_dir()),
@@ -39,24 +40,32 @@ def tables_main(argv: list[str]) -> None:
         print(f"lengthx tables --compare-paper: the published tables are not at {PAPER_DIR}: this lengthx install "
               "is incomplete; reinstall it (pip install lengthx, or pip install -e . in a clone)", file=sys.stderr)
         raise SystemExit(2)
+    out = Path(args.out or Path(args.results_dir) / "tables")
+    out.mkdir(parents=True, exist_ok=True)
+    suffix = "_vs_paper" if args.compare_paper else ""
+    for table in DESCRIPTIVE.values():  # made of the model configs: written with or without results
+        latex, markdown = table.render(PAPER_DIR if args.compare_paper else None)
+        _write(out, f"{table.id}{suffix}", args.format, latex, markdown)
     if df.empty:
         print(f"no results in {store.csv_path}; run e.g. 'lengthx run task=passkey method=none' first")
         return
-    out = Path(args.out or Path(args.results_dir) / "tables")
-    out.mkdir(parents=True, exist_ok=True)
     for spec in TABLES.values():
         if not df["task"].isin(spec.tasks).any():
             continue
         r = render(spec, df, compare_paper=args.compare_paper, store=store)
-        suffix = "_vs_paper" if args.compare_paper else ""
-        if args.format in ("latex", "both"):
-            (out / f"{spec.id}{suffix}.tex").write_text(r.latex)
-        if args.format in ("markdown", "both"):
-            (out / f"{spec.id}{suffix}.md").write_text(r.markdown)
-        print(r.markdown if args.format != "latex" else r.latex)
+        _write(out, f"{spec.id}{suffix}", args.format, r.latex, r.markdown)
         if r.missing:
             print(f"cells of {spec.id} with no result yet (model / method / task: settings):")
             for m in r.missing:
                 print(f"  - {m}")
-        ext = {"latex": "tex", "markdown": "md", "both": "{tex,md}"}[args.format]
-        print(f"wrote {out / spec.id}{suffix}.{ext}\n")
+
+
+def _write(out: Path, stem: str, fmt: str, latex: str, markdown: str) -> None:
+    """Write and print one rendered table in the chosen format(s)."""
+    if fmt in ("latex", "both"):
+        (out / f"{stem}.tex").write_text(latex)
+    if fmt in ("markdown", "both"):
+        (out / f"{stem}.md").write_text(markdown)
+    print(markdown if fmt != "latex" else latex)
+    ext = {"latex": "tex", "markdown": "md", "both": "{tex,md}"}[fmt]
+    print(f"wrote {out / stem}.{ext}\n")

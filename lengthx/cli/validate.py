@@ -2,8 +2,9 @@
 
 One pydantic schema per ``conf/`` section states what a value must be (τ finite and above 0, counts of at
 least 1, settings whole lengths of at most :data:`MAX_SETTING`); :func:`validate_run_config` applies it to a
-composed config and then checks the environment the run needs (``results_dir`` a writable directory whose
-``results.csv`` parses, ``model.path`` a complete checkpoint). The first problem is raised as one
+composed config and then checks the environment the run needs (the task's data — in the paper profile its
+real data set, never a generated stand-in —, ``results_dir`` a writable directory whose ``results.csv``
+parses, ``model.path`` a complete checkpoint). The first problem is raised as one
 :class:`ConfigError` line naming the key and the fix. Sections allow keys the schema does not name: each task
 has its own (``conf/task/*.yaml``), and an unknown key is already refused when the config is composed
 (:func:`compose_checked` adds "did you mean").
@@ -140,6 +141,7 @@ def validate_run_config(cfg: DictConfig, environment: bool = True, checked: set[
     if not environment:
         return
     checked = set() if checked is None else checked
+    check_task_data(cfg)
     path = cfg.model.get("path")
     if path and str(path) not in checked:
         check_checkpoint_dir(str(path), str(cfg.model.name))
@@ -148,6 +150,25 @@ def validate_run_config(cfg: DictConfig, environment: bool = True, checked: set[
     if results_dir not in checked:
         ResultsStore(Path(results_dir)).check()
         checked.add(results_dir)
+
+
+def check_task_data(cfg: DictConfig) -> None:
+    """Raise :class:`ConfigError` when the task cannot read its data: a configured file that is missing, a hub
+    data set that is offline and not cached, or — in the paper profile — no real data at all (topics without
+    LongEval's conversations, MDQA without Lost in the Middle's files): the message names the file and where
+    the public one comes from. Each task states what it needs (``data_problem`` in ``lengthx/tasks/``)."""
+    from lengthx.tasks import TASKS, resolve_settings
+
+    check = getattr(TASKS.get(str(cfg.task.name)), "data_problem", None)
+    if check is None:
+        return
+    try:
+        settings = resolve_settings(cfg.task, str(cfg.profile.name), int(cfg.model.l_tr))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    problem = check(cfg.task, str(cfg.profile.name), settings)
+    if problem:
+        raise ConfigError(problem)
 
 
 def compose_checked(overrides: list[str]) -> DictConfig:

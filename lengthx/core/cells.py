@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lengthx.config import portable
 from lengthx.models.loading import model_fingerprint
-from lengthx.tasks import Setting, resolve_settings
+from lengthx.tasks import TASKS, Setting, resolve_settings
 
 log = logging.getLogger("lengthx")
 
@@ -61,7 +61,8 @@ def method_id(method_cfg: Any) -> str:
 
 # model keys that say where a checkpoint lies or how the model is labelled, not what it computes: the checkpoint
 # itself enters a cell's hash by content (model_fingerprint)
-MODEL_UNHASHED_KEYS = ("path", "description", "display", "paper_role", "paper_b_role", "trained_by")
+MODEL_UNHASHED_KEYS = ("path", "description", "display", "paper_role", "paper_b_role", "trained_by",
+                       "params")  # params: descriptive (paper A Table 2, paper B Table 1)
 # task keys that pick settings (a cell is one setting) or describe the task
 TASK_UNHASHED_KEYS = ("settings", "only", "description")
 
@@ -87,6 +88,8 @@ def config_hash(cfg: DictConfig, setting: Setting) -> str:
         "calibration": OmegaConf.to_container(cfg.calibration, resolve=True)
         if cfg.method.name in ("pmax", "entropy", "prop1", "prop2") else None,
     }
+    if relevant["calibration"] is not None and getattr(TASKS.get(str(cfg.task.name)), "calibration_item", None):
+        relevant["calibration"]["disjoint_from_evaluation"] = True  # docs/design.md §5 (lengthx.tasks.base)
     return hashlib.sha256(json.dumps(portable(relevant), sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 

@@ -27,6 +27,7 @@ from lengthx.config import CONF_DIR, choices
 from lengthx.core.cells import Cell, cell_hash
 from lengthx.core.store import ResultsStore, write_json
 from lengthx.core.sweep import row_fields, sweep
+from lengthx.data.corpora import corpus_label
 from lengthx.models.loading import load_model
 from lengthx.segmented import plan as segmented_plan
 from lengthx.segmented.lengths import LengthState, attention_histogram
@@ -258,7 +259,9 @@ class PerplexityJob:
         fields = row_fields(cell, chash, start, paper=self.cfg.task.get("paper", "B"),
                             table=self.cfg.get("table") or self.cfg.task.get("table"), l_tr=self.l_t,
                             seed=self.cfg.task.get("seed", 0),
-                            device=str(self.loaded.device) if self.loaded else str(self.cfg.device))
+                            device=str(self.loaded.device) if self.loaded else str(self.cfg.device),
+                            data=corpus_label(self.cfg.task.data, str(self.cfg.task.get("split") or "test"),
+                                              str(self.cfg.profile.name)))
         return {**fields, "L_req": cell.setting.value, "L_ex": cell.setting.value}
 
     def compute(self, cell: Cell, chash: str, start: float) -> list[dict[str, Any]]:

@@ -32,7 +32,7 @@ from lengthx.core.sweep import row_fields, sweep
 from lengthx.models.generation import chat_prompt, encode, generate
 from lengthx.models.loading import LoadedModel, load_model, model_fingerprint
 from lengthx.tasks import Example, Setting, build_task, resolve_settings
-from lengthx.tasks.base import truncated_example
+from lengthx.tasks.base import CALIBRATION_RESERVE, truncated_example
 
 log = logging.getLogger("lengthx")
 
@@ -58,6 +58,7 @@ class Runner:
                              f"{', '.join(RUNNABLE_METHODS)}")
         self._loaded = loaded
         self.weights = model_fingerprint(cfg.model.get("path"))  # part of every cell's and τ cache's key
+        self._evaluation: tuple[tuple[str, int, str], list[Example]] | None = None  # the last setting's examples
 
     @property
     def loaded(self) -> LoadedModel:
@@ -115,13 +116,58 @@ class Runner:
         return row_fields(cell, chash, start, paper=self.cfg.task.paper,
                           table=self.cfg.get("table") or self.cfg.task.table, l_tr=self.cfg.model.l_tr,
                           seed=self.cfg.task.seed,
-                          device=str(self._loaded.device) if self._loaded else str(self.cfg.device))
+                          device=str(self._loaded.device) if self._loaded else str(self.cfg.device),
+                          data=self.data_source(cell.setting))
+
+    def data_source(self, setting: Setting) -> str:
+        """What the setting's examples are built from (the ``data`` column), ``""`` when it cannot be told
+        (a status row of a cell whose data could not be read)."""
+        source = getattr(self.task, "data_source", None)
+        try:
+            return str(source(setting)) if source is not None else ""
+        except (OSError, ValueError):
+            return ""
 
     # ---- one cell ---------------------------------------------------------------------------------------
     def examples(self, setting: Setting, seed_offset: int = 0, n: int | None = None) -> list[Example]:
         if n is None:
             n = self.num_examples()
         return self.task.examples(setting, self.loaded.tokenizer, int(n), int(self.cfg.task.seed) + seed_offset)
+
+    def evaluation_examples(self, setting: Setting) -> list[Example]:
+        """The setting's evaluation examples (the last setting's are kept: calibration reads them too). A task
+        that draws from a finite pool leaves :data:`CALIBRATION_RESERVE` items for calibration when the
+        evaluation asks for all of them."""
+        key = (setting.label, setting.value, setting.unit)
+        if self._evaluation is None or self._evaluation[0] != key:
+            extra = {"reserve": CALIBRATION_RESERVE} if getattr(self.task, "calibration_item", None) else {}
+            examples = self.task.examples(setting, self.loaded.tokenizer, self.num_examples(),
+                                          int(self.cfg.task.seed), **extra)
+            self._evaluation = (key, examples)
+        return self._evaluation[1]
+
+    def calibration_examples(self, setting: Setting, n: int) -> list[Example]:
+        """``n`` length-L_ex examples for Algorithm 1 that are not evaluation examples (docs/design.md §5): seeded
+        by ``calibration.seed_offset``; a task with a finite pool draws them from the items the evaluation does
+        not use (``task.calibration_item``). Any overlap left (an identical prompt) is an error."""
+        seed = int(self.cfg.task.seed) + int(self.cfg.calibration.seed_offset)
+        evaluation = self.evaluation_examples(setting)
+        item = getattr(self.task, "calibration_item", None)
+        if item:
+            used = {e.meta[item] for e in evaluation}
+            examples = self.task.examples(setting, self.loaded.tokenizer, n, seed, exclude=used)
+            if len(examples) < n:
+                raise ValueError(
+                    f"{self.task.name} {setting.label}: Algorithm 1 needs {n} calibration examples that are not "
+                    f"evaluation examples, but only {len(examples)} of the data's items are left outside the "
+                    f"{len(evaluation)} evaluated. Fix: lower calibration.num_examples or task.num_examples")
+        else:
+            examples = self.task.examples(setting, self.loaded.tokenizer, n, seed)
+        shared = {e.prompt_hash for e in examples} & {e.prompt_hash for e in evaluation}
+        if shared:
+            raise ValueError(f"{self.task.name} {setting.label}: {len(shared)} calibration example(s) are also "
+                             "evaluation examples; change calibration.seed_offset")
+        return examples
 
     def temperature(self, cell: Cell, examples: list[Example]) -> float | list[float]:
         """τ of the method for this setting (1 for ``none``); Algorithm 1 goes through the cache.
@@ -153,6 +199,10 @@ class Runner:
                "n": int(self.cfg.calibration.num_examples), "seed": int(self.cfg.task.seed),
                "row_stride": int(self.cfg.calibration.get("row_stride", 1)),
                "weights": self.weights}
+        if getattr(self.task, "calibration_item", None):  # its calibration items depend on the evaluation's
+            key["disjoint_from_evaluation"] = {"n": self.num_examples(), "reserve": CALIBRATION_RESERVE}
+        if self.cfg.task.get("prompt_version") is not None:  # an older prompt's τ is recomputed
+            key["prompt_version"] = self.cfg.task.prompt_version
         return calibration_file(Path(self.cfg.results_dir), cell, m, key), key
 
     def calibration_options(self) -> CalibrationOptions:
@@ -171,7 +221,7 @@ class Runner:
         ref_setting = Setting("L_tr", self.loaded.l_tr, "tokens")
         reference = [encode(self.loaded, [e.prompt])
                      for e in self.chat_examples(self.examples(ref_setting, cal.reference_seed_offset, n))]
-        extra_ex = self.chat_examples(self.examples(cell.setting, cal.seed_offset, n))
+        extra_ex = self.chat_examples(self.calibration_examples(cell.setting, n))
         extra = [encode(self.loaded, [e.prompt]) for e in extra_ex]
         if m.name in ("prop1", "prop2"):
             l_ex = sum(e.actual_tokens for e in extra_ex) / len(extra_ex)
@@ -196,7 +246,7 @@ class Runner:
     def cell_examples(self, setting: Setting) -> list[Example]:
         """The evaluation examples of a cell; ``truncation`` keeps the last L_tr tokens of each prompt, and
         a model with a ``chat_template`` sees each prompt wrapped in it."""
-        examples = self.examples(setting)
+        examples = self.evaluation_examples(setting)
         if self.method.name == "truncation":
             examples = [truncated_example(e, self.loaded.tokenizer, self.loaded.l_tr) for e in examples]
         return self.chat_examples(examples)

@@ -62,7 +62,7 @@ class StatisticsJob:
     def row_fields(self, cell: Cell, chash: str, start: float) -> dict[str, Any]:
         cfg, loaded = self.runner.cfg, self.runner.loaded
         return row_fields(cell, chash, start, paper="A", table="1", l_tr=loaded.l_tr, seed=cfg.task.seed,
-                          device=str(loaded.device))
+                          device=str(loaded.device), data=self.runner.data_source(cell.setting))
 
     def compute(self, cell: Cell, chash: str, start: float) -> list[dict[str, Any]]:
         setting = cell.setting

@@ -44,9 +44,12 @@ log = logging.getLogger("lengthx")
 COLUMNS = [
     "paper", "table", "model", "method", "task", "setting", "metric", "value", "n", "tau", "L_tr", "L_req",
     "L_ex", "seed", "status", "message", "cell", "config_hash", "git_commit", "versions", "device", "seconds",
-    "timestamp",
+    "timestamp", "data",
 ]
 HEADER = ",".join(COLUMNS)
+# results.csv files written before rows named their data (the last column): read with ``data`` empty (unknown),
+# appended to as they are (new rows carry the extra field), never rewritten
+LEGACY_COLUMNS = COLUMNS[:-1]
 STATUSES = ("ok", "oom", "error")
 
 
@@ -198,11 +201,15 @@ def csv_problem(data: bytes) -> tuple[int, str] | None:
     if "\x00" in text:
         return text.count("\n", 0, text.index("\x00")) + 1, "holds a NUL byte"
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    widths = (len(COLUMNS),)
     try:
         for row in reader:
-            if reader.line_num == 1 and row != COLUMNS:
-                return 1, "is not the header"
-            if len(row) != len(COLUMNS):
+            if reader.line_num == 1:
+                if row not in (COLUMNS, LEGACY_COLUMNS):
+                    return 1, "is not the header"
+                if row == LEGACY_COLUMNS:  # an older file: its rows and the rows appended since
+                    widths = (len(LEGACY_COLUMNS), len(COLUMNS))
+            if len(row) not in widths:
                 return reader.line_num, f"has {len(row)} fields, not {len(COLUMNS)}"
     except csv.Error as err:
         return reader.line_num, f"does not parse as CSV ({err})"
@@ -254,6 +261,16 @@ def write_json(path: Path, obj: Any) -> None:
     """Write a JSON cache file atomically (a reader sees the old file or the new one, never half of one)."""
     make_dirs(path.parent)
     write_atomic(path, json.dumps(obj, indent=1).encode())
+
+
+def _with_data_column(data: bytes) -> bytes:
+    """A results file with the :data:`LEGACY_COLUMNS` header as the current schema, in memory: the header
+    gains ``data`` and every row without it an empty field. The file itself is left as it is."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    for k, row in enumerate(csv.reader(io.StringIO(data.decode("utf-8"), newline=""))):
+        writer.writerow(COLUMNS if k == 0 else row + [""] * (len(COLUMNS) - len(row)))
+    return out.getvalue().encode("utf-8")
 
 
 @dataclass
@@ -317,7 +334,12 @@ class ResultsStore:
                 fix = (f"delete that line (sed -i '{line}d' {self.csv_path}); the cells it held are recomputed on "
                        "the next run")
             raise StoreError(f"{self.csv_path}: line {line} {what}. Fix: {fix}")
-        return pd.read_csv(io.BytesIO(data), dtype={"setting": str}, keep_default_na=False, na_values=[""])
+        if not data.startswith((HEADER + "\n").encode()):
+            data = _with_data_column(data)
+        df = pd.read_csv(io.BytesIO(data), dtype={"setting": str, "data": str}, keep_default_na=False,
+                         na_values=[""])
+        df["data"] = df["data"].fillna("")  # "" = unknown: a row written before rows named their data
+        return df
 
     @staticmethod
     def _done(df: pd.DataFrame, cell: str, config_hash: str, metrics: Iterable[str] | None) -> bool:

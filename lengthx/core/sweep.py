@@ -48,13 +48,16 @@ class CellJob(Protocol):
 
 
 def row_fields(cell: Cell, chash: str, start: float, *, paper: str, table: Any, l_tr: Any, seed: Any,
-               device: str) -> dict[str, Any]:
-    """The columns shared by every row of one cell: identity, provenance and timing (docs/design.md §7)."""
+               device: str, data: str = "") -> dict[str, Any]:
+    """The columns shared by every row of one cell: identity, provenance and timing (docs/design.md §7).
+
+    ``data`` names what the cell's examples were built from (:mod:`lengthx.data.provenance`: ``generated``, a
+    file's name and hash, a hub dataset, ``stdlib-…``); empty when unknown."""
     return {
         "paper": paper, "table": table, "model": cell.model, "method": cell.method, "task": cell.task,
         "setting": cell.setting.label, "L_tr": l_tr, "seed": seed, "cell": cell.key, "config_hash": chash,
         "git_commit": git_commit(), "versions": versions(), "device": device,
-        "seconds": round(time.time() - start, 2), "timestamp": now(),
+        "seconds": round(time.time() - start, 2), "timestamp": now(), "data": data,
     }
 
 

@@ -286,3 +286,18 @@ def stdlib_split(split: str = "all") -> tuple[tuple[str, str], ...]:
     if not out:
         raise FileNotFoundError(f"the standard library has no source file in split {split!r}")
     return out
+
+
+def corpus_label(data_cfg: Any, split: str, profile: str = "mini") -> str:
+    """What a corpus's documents are, for result rows (:mod:`lengthx.data.provenance`)."""
+    from lengthx.data.provenance import file_label, hub_label, stdlib_label
+
+    source = resolve_source(data_cfg, profile)
+    if source == "stdlib":
+        return stdlib_label(split)
+    if source == "archive":
+        return file_label(str(data_cfg.archive)) if Path(str(data_cfg.archive)).is_file() else str(data_cfg.archive)
+    if source == "files":
+        return ",".join(file_label(f, "*.txt") for f in ([data_cfg.files] if isinstance(data_cfg.files, str)
+                                                           else list(data_cfg.files)))
+    return hub_label(str(data_cfg.get("hf_path") or "scientific_papers"), split)

@@ -21,8 +21,9 @@ log = logging.getLogger("lengthx")
 def chat_prompt(template: str, prompt: str, model: str) -> str:
     """``prompt`` wrapped in a model's chat template (``model.chat_template``, with one ``{prompt}``).
 
-    Paper A Table 4's LongChat row: LongEval prompts LongChat-13B-16K in its conversation format,
-    "USER: {prompt} ASSISTANT:"."""
+    Paper A Table 4's LongChat row: LongEval prompts LongChat-13B-16K in FastChat's vicuna conversation
+    format, the system line "A chat between a curious user and an artificial intelligence assistant. ..."
+    followed by "USER: {prompt} ASSISTANT:" (``conf/model/longchat-13b-16k.yaml``)."""
     if template.count("{prompt}") != 1:
         raise ValueError(f"model.chat_template of model '{model}' must contain '{{prompt}}' exactly once, got "
                          f"{template!r}; e.g. model.chat_template='USER: {{prompt}} ASSISTANT:'")

@@ -12,10 +12,13 @@ key (model|method|task|label, docs/design.md §7) must name one length.
 from __future__ import annotations
 
 import hashlib
+import random
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from lengthx.data.fitting import count_tokens, truncate_prompt
+from lengthx.data.provenance import hub_dataset_cached, hub_offline
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,24 @@ class Example:
     @property
     def prompt_hash(self) -> str:
         return hashlib.sha256(self.prompt.encode()).hexdigest()[:16]
+
+
+# Algorithm 1 calibrates on examples that are not evaluation examples (docs/design.md §5). A task that draws its
+# examples from a finite pool (MDQA's questions, LCC's rows) names each example's pool item in
+# ``meta[task.calibration_item]``; calibration examples exclude the evaluation's items, and an evaluation that
+# asks for every item of its pool (the paper profile: every question, every row of a bucket) leaves this many
+# (at most half the pool) for calibration.
+CALIBRATION_RESERVE = 5  # the paper profile's calibration.num_examples
+
+
+def reserved_items(pool: list[Any], n: int, reserve: int, key: str) -> set[Any]:
+    """The items of ``pool`` an evaluation of ``n`` examples leaves for calibration: none when ``n`` is smaller
+    than the pool (the evaluation's seeded sample leaves the rest), else ``min(reserve, len(pool) // 2)`` of
+    them, chosen by ``key``'s seed."""
+    keep = min(reserve, len(pool) // 2)
+    if keep == 0 or n < len(pool):
+        return set()
+    return set(random.Random(key).sample(pool, keep))
 
 
 def explicit_label(value: int, unit: str) -> str:
@@ -89,3 +110,20 @@ def truncated_example(example: Example, tokenizer: Any, l_tr: int) -> Example:
     prompt = truncate_prompt(tokenizer, example.prompt, l_tr)
     meta = {**example.meta, "untruncated_tokens": example.actual_tokens, "truncated_to": l_tr}
     return replace(example, prompt=prompt, actual_tokens=count_tokens(tokenizer, prompt), meta=meta)
+
+
+# ---- the data a task reads (checked before any model loads: lengthx.cli.validate) ------------------------
+def missing_path(key: str, path: Any, what: str) -> str | None:
+    """The problem when ``path`` (the config key ``key``) does not exist, naming what it should hold."""
+    if not Path(str(path)).exists():
+        return f"{key}={path}: no such file or directory. Fix: point {key} at {what}"
+    return None
+
+
+def hub_problem(task: str, dataset: str, split: str, fix: str) -> str | None:
+    """The problem when a hub dataset can be neither downloaded (offline) nor read from the local cache."""
+    if hub_offline() and not hub_dataset_cached(dataset):
+        return (f"task={task} reads the Hugging Face dataset {dataset} (split {split}), which is not in the local "
+                f"cache, and the hub is offline (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE). Fix: load it once "
+                f"online, or {fix}")
+    return None

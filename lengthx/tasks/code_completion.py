@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import random
 import sysconfig
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,8 @@ from lengthx.data.corpora import stdlib_split
 from lengthx.data.fitting import chars_per_token, count_tokens, suffix_with_tokens
 from lengthx.data.hub import load_hub_dataset
 from lengthx.data.jsonl import read_jsonl
-from lengthx.tasks.base import Example, Setting
+from lengthx.data.provenance import file_label, hub_label, stdlib_label
+from lengthx.tasks.base import Example, Setting, hub_problem, missing_path, reserved_items
 from lengthx.tasks.metrics import code_exact_match, edit_similarity, first_line
 
 if TYPE_CHECKING:
@@ -111,6 +113,9 @@ class CodeCompletionTask:
 
     name = "code_completion"
     metrics = ("exact_match", "edit_similarity")
+    calibration_item = "source"  # meta key of an example's (file, line) or row (lengthx.tasks.base.CALIBRATION_RESERVE)
+    paper_data = f"{LCC_DATASET} (Hugging Face hub, test split)"
+    stand_in = {"stdlib": "the Python standard library's own source (held-out files)"}
     scores_first_line = True  # generation may stop after the first complete line (lengthx.models.generation.FirstLineDone)
 
     def __init__(self, max_new_tokens: int = 64, source: str = "auto", data_path: str | None = None,
@@ -138,6 +143,17 @@ class CodeCompletionTask:
                    same_text=bool(task_cfg.get("same_text", False)),
                    start_with_text=bool(task_cfg.get("start_with_text", False)))
 
+    @staticmethod
+    def data_problem(task_cfg: Any, profile: str, settings: list[Setting] | None = None) -> str | None:
+        """Why this config cannot read its rows, or ``None`` (a missing file; a hub dataset offline and not
+        cached). The standard library is always there."""
+        return code_data_problem("code_completion", task_cfg, profile, "context, gt")
+
+    def data_source(self, setting: Setting) -> str:
+        """The rows' file (name and hash), hub dataset and split, or standard-library split."""
+        return code_data_label(self.source, self.data_path, self.hf_dataset, self.hf_split,
+                               stdlib_label(self.stdlib_split))
+
     # ---- rows ------------------------------------------------------------------------------------------
     def rows(self) -> list[CodeRow]:
         """The real rows (``hf`` or ``jsonl`` source), loaded once."""
@@ -157,21 +173,30 @@ class CodeCompletionTask:
         return self._lengths[key]
 
     # ---- examples --------------------------------------------------------------------------------------
-    def examples(self, setting: Setting, tokenizer: PreTrainedTokenizerBase, n: int, seed: int) -> list[Example]:
-        """``n`` seeded examples at ``setting`` (a ``bucket`` lower bound or an exact ``tokens`` count)."""
+    def examples(self, setting: Setting, tokenizer: PreTrainedTokenizerBase, n: int, seed: int, exclude: Collection[str] = (),
+                 reserve: int = 0) -> list[Example]:
+        """``n`` seeded examples at ``setting`` (a ``bucket`` lower bound or an exact ``tokens`` count).
+
+        Rows or (file, line)s in ``exclude`` (``meta["source"]``) are never drawn: Algorithm 1's calibration
+        examples exclude the evaluation's. ``reserve``: when ``n`` asks for every row of a bucket, that many
+        are left out for calibration (:func:`lengthx.tasks.base.reserved_items`)."""
         if setting.unit not in ("bucket", "tokens"):
             raise ValueError(f"code_completion settings are in bucket or tokens, not {setting.unit!r}")
         if self.source == "stdlib":
-            return self._stdlib_examples(setting, tokenizer, n, seed)
-        return self._row_examples(setting, tokenizer, n, seed)
+            return self._stdlib_examples(setting, tokenizer, n, seed, set(exclude))
+        return self._row_examples(setting, tokenizer, n, seed, set(exclude), reserve)
 
-    def _stdlib_examples(self, setting: Setting, tokenizer, n: int, seed: int) -> list[Example]:
+    def _stdlib_examples(self, setting: Setting, tokenizer, n: int, seed: int,
+                         exclude: set[str] | None = None) -> list[Example]:
         """Seeded rows of the standard library. With ``same_text`` example i is one (file, line) at every
         length: the row is drawn with the sweep's longest context and each setting reads its last
-        ``requested`` tokens, so only the amount of code before the line changes across a table's row."""
+        ``requested`` tokens, so only the amount of code before the line changes across a table's row.
+        A draw whose (file, line) is in ``exclude`` is skipped for the next draw."""
         files = stdlib_split(self.stdlib_split)
-        out = []
-        for i in range(n):
+        out: list[Example] = []
+        for i in range(n + len(exclude or ()) + 100):
+            if len(out) == n:
+                break
             rng = random.Random(f"code_completion:{seed}:{i}")
             if setting.unit == "bucket":
                 size = random.Random(f"code_completion:{seed}:{i}:size") if self.same_text else rng
@@ -180,12 +205,15 @@ class CodeCompletionTask:
                 requested = setting.value
             span = max(requested, self.longest or 0) if self.same_text else requested
             row = stdlib_row(rng, tokenizer, span, files)
+            if exclude and row.source in exclude:
+                continue
             if span != requested:
                 row = replace(row, context=suffix_with_tokens(tokenizer, row.context, requested))
             out.append(self._example(f"{seed}-{i}", row, row.context, requested, tokenizer, setting))
         return out
 
-    def _row_examples(self, setting: Setting, tokenizer, n: int, seed: int) -> list[Example]:
+    def _row_examples(self, setting: Setting, tokenizer, n: int, seed: int, exclude: set[str] | None = None,
+                      reserve: int = 0) -> list[Example]:
         rows, lengths = self.rows(), self._context_lengths(tokenizer)
         if setting.unit == "bucket":
             lo, hi = setting.value, setting.value + self.bucket_width
@@ -195,6 +223,10 @@ class CodeCompletionTask:
         if not pool:
             raise ValueError(f"no {self.source} row has a context in {setting.label} ({setting.value} "
                              f"{setting.unit}) for this tokenizer")
+        if exclude:
+            pool = [i for i in pool if rows[i].source not in exclude]
+        held = reserved_items(pool, n, reserve, f"code_completion:reserve:{seed}:{setting.label}")
+        pool = [i for i in pool if i not in held]
         chosen = pool if n >= len(pool) else sorted(random.Random(f"code_completion:{seed}").sample(pool, n))
         out = []
         for k, i in enumerate(chosen):
@@ -239,3 +271,25 @@ def resolve_source(source: str, data_path: str | None, profile: str, real: str =
     if data_path:
         return "jsonl"
     return real if profile == "paper" else offline
+
+
+def code_data_problem(task: str, task_cfg: Any, profile: str, fields: str) -> str | None:
+    """What keeps a code task (completion, code key) from its data, or ``None``."""
+    source = resolve_source(task_cfg.get("source", "auto"), task_cfg.get("data_path"), profile)
+    if source == "jsonl":
+        if not task_cfg.get("data_path"):
+            return f"task.source=jsonl needs task.data_path=FILE (a .jsonl[.gz] with fields {fields})"
+        return missing_path("task.data_path", task_cfg.data_path, f"a .jsonl[.gz] file with fields {fields}")
+    if source == "hf":
+        return hub_problem(task, str(task_cfg.get("hf_dataset", LCC_DATASET)), str(task_cfg.get("hf_split", "test")),
+                           f"pass task.source=jsonl task.data_path=FILE (fields {fields})")
+    return None
+
+
+def code_data_label(source: str, data_path: str | None, hf_dataset: str, hf_split: str, stdlib: str) -> str:
+    """The ``data`` column of a code task's rows (lengthx.data.provenance)."""
+    if source == "jsonl":
+        return file_label(data_path) if data_path else ""
+    if source == "hf":
+        return hub_label(hf_dataset, hf_split)
+    return stdlib

@@ -37,8 +37,16 @@ from typing import TYPE_CHECKING, Any
 from lengthx.data.corpora import stdlib_sources
 from lengthx.data.fitting import chars_per_token, count_tokens, largest_fitting
 from lengthx.data.jsonl import read_jsonl
+from lengthx.data.provenance import stdlib_label
 from lengthx.tasks.base import Example, Setting
-from lengthx.tasks.code_completion import LCC_DATASET, collapse_newlines, load_lcc_hf, resolve_source
+from lengthx.tasks.code_completion import (
+    LCC_DATASET,
+    code_data_label,
+    code_data_problem,
+    collapse_newlines,
+    load_lcc_hf,
+    resolve_source,
+)
 from lengthx.tasks.metrics import code_key_correct
 
 if TYPE_CHECKING:
@@ -190,6 +198,8 @@ class CodeKeyTask:
 
     name = "code_key"
     metrics = ("accuracy",)
+    paper_data = f"{LCC_DATASET} code files (Hugging Face hub, test split)"
+    stand_in = {"stdlib": "the Python standard library's own source files"}
 
     def __init__(self, max_new_tokens: int = 10, source: str = "auto", data_path: str | None = None,
                  hf_dataset: str = LCC_DATASET, hf_split: str = "test", profile: str = "mini"):
@@ -204,6 +214,15 @@ class CodeKeyTask:
         return cls(max_new_tokens=int(task_cfg.max_new_tokens), source=task_cfg.get("source", "auto"),
                    data_path=task_cfg.get("data_path"), hf_dataset=task_cfg.get("hf_dataset", LCC_DATASET),
                    hf_split=task_cfg.get("hf_split", "test"), profile=profile)
+
+    @staticmethod
+    def data_problem(task_cfg: Any, profile: str, settings: list[Setting] | None = None) -> str | None:
+        """Why this config cannot read its code files, or ``None``."""
+        return code_data_problem("code_key", task_cfg, profile, "context")
+
+    def data_source(self, setting: Setting) -> str:
+        """The code files' source (lengthx.data.provenance)."""
+        return code_data_label(self.source, self.data_path, self.hf_dataset, self.hf_split, stdlib_label("code"))
 
     def files(self) -> list[tuple[str, str]]:
         """(name, code) of the code files the haystacks are made of."""

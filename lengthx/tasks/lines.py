@@ -19,6 +19,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from lengthx.data.fitting import bisect_largest, count_tokens
+from lengthx.data.provenance import SYNTHETIC
 from lengthx.tasks.base import Example, Setting
 from lengthx.tasks.metrics import lines_correct
 
@@ -278,6 +279,10 @@ class LinesTask:
     def __init__(self, max_new_tokens: int = 100, max_lines: int = 2000):
         self.max_new_tokens = max_new_tokens
         self.max_lines = max_lines
+
+    def data_source(self, setting: Setting) -> str:
+        """``synthetic``: the benchmark generates its examples, upstream too (lengthx.data.provenance)."""
+        return SYNTHETIC
 
     def examples(self, setting: Setting, tokenizer: PreTrainedTokenizerBase, n: int, seed: int) -> list[Example]:
         """``n`` examples at ``setting`` (a number of lines, or a token count fitted by bisection)."""

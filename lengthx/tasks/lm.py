@@ -43,7 +43,8 @@ from lengthx.data.fitting import (
     suffix_with_tokens,
 )
 from lengthx.data.hub import load_hub_dataset
-from lengthx.tasks.base import Example, Setting
+from lengthx.data.provenance import file_label, hub_label, stdlib_label
+from lengthx.tasks.base import Example, Setting, hub_problem, missing_path
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -80,6 +81,8 @@ class LMTask:
 
     name = "lm"
     metrics = ("perplexity", "nll")
+    paper_data = f"PG19's test books ({PG19} on the Hugging Face hub)"
+    stand_in = {"stdlib": "the Python standard library's own source (held-out files)"}
     scoring = "likelihood"  # the runner calls evaluate() instead of generate() + score()
 
     def __init__(self, max_new_tokens: int = 0, source: str = "auto", text_path: str | None = None,
@@ -107,6 +110,30 @@ class LMTask:
                    continuation_tokens=int(task_cfg.get("continuation_tokens", CONTINUATION_TOKENS)),
                    profile=profile, stdlib_split=str(task_cfg.get("stdlib_split", "all")),
                    same_text=bool(task_cfg.get("same_text", False)))
+
+    @staticmethod
+    def data_problem(task_cfg: Any, profile: str, settings: list[Setting] | None = None) -> str | None:
+        """Why this config cannot read its corpus, or ``None`` (a missing text path; the hub dataset offline
+        and not cached). The standard library is always there."""
+        source, path = task_cfg.get("source", "auto"), task_cfg.get("text_path")
+        if source == "auto":
+            source = "text" if path else ("hf" if profile == "paper" else "stdlib")
+        if source == "text":
+            if not path:
+                return "task.source=text needs task.text_path=FILE_OR_DIR (UTF-8 text, one document per *.txt)"
+            return missing_path("task.text_path", path, "a UTF-8 text file or a directory of *.txt documents")
+        if source == "hf":
+            return hub_problem("lm", str(task_cfg.get("hf_dataset", PG19)), str(task_cfg.get("hf_split", "test")),
+                               "pass task.text_path=FILE_OR_DIR (e.g. PG19's test books as *.txt files)")
+        return None
+
+    def data_source(self, setting: Setting) -> str:
+        """The corpus: a text file or directory (name and hash), hub dataset and split, or stdlib split."""
+        if self.source == "text":
+            return file_label(self.text_path, "*.txt") if self.text_path else ""
+        if self.source == "hf":
+            return hub_label(self.hf_dataset, self.hf_split)
+        return stdlib_label(self.stdlib_split)
 
     def documents(self) -> list[tuple[str, str]]:
         """The corpus: (name, text) per document."""

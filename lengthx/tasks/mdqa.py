@@ -12,11 +12,13 @@ upstream files ``nq-open-{N}_total_documents_gold_at_{i}.jsonl.gz``, fields ``qu
 ``ctxs`` with ``title``, ``text``, ``isgold``); the score is best-subspan exact match
 (:func:`lengthx.tasks.metrics.best_subspan_em`).
 
-Data: ``task.data_dir`` (a directory holding upstream files, or one ``.jsonl``/``.jsonl.gz`` file with the
-same fields). The documents of a setting "N docs, gold at i" are the gold document and the first N-1
+Data: ``task.data_dir`` (a directory holding upstream files, directly or in upstream's
+``{N}_total_documents/`` folders, or one ``.jsonl``/``.jsonl.gz`` file with the same fields); the paper
+profile needs it (a run without it stops before any model loads, naming the file). The documents of a setting "N docs, gold at i" are the gold document and the first N-1
 non-gold ``ctxs`` in file order, with the gold one inserted at position i; on an upstream
 ``..._gold_at_{i}`` file of N documents this reproduces its exact document order. Offline, a generated QA
-set in the same schema (:func:`generate_records`): fictional towns whose gold document states the asked
+set in the same schema (:func:`generate_records`, the mini profile's default; its rows say
+``data=generated``): fictional towns whose gold document states the asked
 fact, distractors stating the same kind of fact about other towns, or other facts about the same town.
 
 Settings: labels ``"{N}docs@{i}"``. Unit ``docs`` (the paper's: natural length) or ``tokens``: the N
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -37,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 from lengthx.data.fitting import bisect_largest, count_tokens, fit_to_tokens
 from lengthx.data.jsonl import DataFormatError, read_jsonl
-from lengthx.tasks.base import Example, Setting
+from lengthx.data.provenance import GENERATED, file_label
+from lengthx.tasks.base import Example, Setting, missing_path, reserved_items
 from lengthx.tasks.metrics import best_subspan_em
 
 if TYPE_CHECKING:
@@ -51,6 +55,8 @@ DOCUMENT = "Document [{i}](Title: {title}) {text}"
 QUESTION = "\n\nQuestion: {question}\nAnswer:"
 CLOSED_BOOK = "Question: {question}\nAnswer:"
 UPSTREAM_FILE = "nq-open-{n}_total_documents_gold_at_{gold}.jsonl.gz"
+PAPER_DATA = ("Lost in the Middle's NQ-Open files nq-open-{N}_total_documents_gold_at_{i}.jsonl.gz "
+              "(github.com/nelson-liu/lost-in-the-middle, qa_data/{N}_total_documents/)")
 _LABEL = re.compile(r"^(\d+)docs@(\d+)$")
 
 
@@ -133,25 +139,29 @@ def read_records(path: str | Path) -> list[QARecord]:
 
 
 def find_data_file(data_dir: str | Path, n_docs: int, gold_at: int) -> Path:
-    """The file to read for a setting: the upstream file of exactly (N, i), else an upstream file with at
-    least N documents, else the only/first ``*.jsonl[.gz]`` file; ``data_dir`` may itself be a file."""
+    """The file to read for a setting: the upstream file of exactly (N, i) (in ``data_dir`` or its
+    ``{N}_total_documents/`` folder), else an upstream file with at least N documents, else the first
+    ``*.jsonl[.gz]`` file that is not an upstream one; ``data_dir`` may itself be a file."""
     base = Path(data_dir)
     if base.is_file():
         return base
     if not base.is_dir():
         raise FileNotFoundError(f"task.data_dir={base} is neither a directory nor a file")
-    for name in (UPSTREAM_FILE.format(n=n_docs, gold=gold_at),
-                 UPSTREAM_FILE.format(n=n_docs, gold=gold_at).removesuffix(".gz")):
-        if (base / name).is_file():
-            return base / name
+    for folder in (base, base / f"{n_docs}_total_documents"):  # upstream keeps each N in its own folder
+        for name in (UPSTREAM_FILE.format(n=n_docs, gold=gold_at),
+                     UPSTREAM_FILE.format(n=n_docs, gold=gold_at).removesuffix(".gz")):
+            if (folder / name).is_file():
+                return folder / name
     upstream = []
-    for p in base.glob("nq-open-*_total_documents_gold_at_*.jsonl*"):
+    for p in [*base.glob("nq-open-*_total_documents_gold_at_*.jsonl*"),
+              *base.glob("*_total_documents/nq-open-*_total_documents_gold_at_*.jsonl*")]:
         m = re.match(r"nq-open-(\d+)_total_documents", p.name)
         if m and int(m.group(1)) >= n_docs:
             upstream.append((int(m.group(1)), p.name, p))
     if upstream:
         return sorted(upstream)[0][2]
-    files = sorted(base.glob("*.jsonl")) + sorted(base.glob("*.jsonl.gz"))
+    files = [p for p in sorted(base.glob("*.jsonl")) + sorted(base.glob("*.jsonl.gz"))
+             if not p.name.startswith("nq-open-")]  # an upstream file with fewer documents cannot serve N
     if not files:
         raise FileNotFoundError(f"no {UPSTREAM_FILE.format(n=n_docs, gold=gold_at)} nor any .jsonl[.gz] file "
                                 f"in task.data_dir={base}")
@@ -295,6 +305,9 @@ class MDQATask:
 
     name = "mdqa"
     metrics = ("accuracy",)
+    calibration_item = "record"  # meta key of an example's question (lengthx.tasks.base.CALIBRATION_RESERVE)
+    paper_data = PAPER_DATA
+    stand_in = {GENERATED: "a QA set generated from lengthx's templates (fictional towns)"}
 
     def __init__(self, max_new_tokens: int = 100, data_dir: str | None = None, generated_records: int = 500):
         self.max_new_tokens = max_new_tokens
@@ -304,9 +317,42 @@ class MDQATask:
 
     @classmethod
     def from_config(cls, task_cfg: Any, profile: str = "mini") -> MDQATask:
-        """The task from its Hydra config (``conf/task/mdqa.yaml``)."""
+        """The task from its Hydra config (``conf/task/mdqa.yaml``); the paper profile needs the real files."""
+        if profile == "paper" and not task_cfg.get("data_dir"):
+            raise ValueError(cls.data_problem(task_cfg, profile))
         return cls(max_new_tokens=int(task_cfg.max_new_tokens), data_dir=task_cfg.get("data_dir"),
                    generated_records=int(task_cfg.get("generated_records", 500)))
+
+    @staticmethod
+    def data_problem(task_cfg: Any, profile: str, settings: list[Setting] | None = None) -> str | None:
+        """Why this config cannot read the question file of each of ``settings``, or ``None``. The paper
+        profile must have ``task.data_dir`` (the generated QA set is the mini profile's stand-in only)."""
+        data_dir = task_cfg.get("data_dir")
+        if not data_dir:
+            if profile != "paper":
+                return None
+            first = next((parse_label(s.label) for s in settings or [] if parse_label(s.label)), (10, 0))
+            return (f"task=mdqa in profile=paper reads {PAPER_DATA}; task.data_dir is not set, so "
+                    f"{UPSTREAM_FILE.format(n=first[0], gold=first[1])} (and the other settings' files) is missing. "
+                    "Fix: download them and pass task.data_dir=DIR (the generated QA set is the mini profile's "
+                    "stand-in, never the paper profile's)")
+        problem = missing_path("task.data_dir", data_dir, PAPER_DATA)
+        if problem:
+            return problem
+        for setting in settings or []:
+            n_docs, gold_at = parse_label(setting.label) or (30, 0)
+            try:
+                find_data_file(data_dir, n_docs, gold_at)
+            except FileNotFoundError:
+                return (f"task.data_dir={data_dir} has no {UPSTREAM_FILE.format(n=n_docs, gold=gold_at)} (setting "
+                        f"{setting.label}) nor a file with more documents. Fix: add it from {PAPER_DATA}")
+        return None
+
+    def data_source(self, setting: Setting) -> str:
+        """The question file a setting reads (name and hash), or ``generated`` (lengthx.data.provenance)."""
+        if not self.data_dir:
+            return GENERATED
+        return file_label(find_data_file(self.data_dir, *(self.structure(setting) or (30, 0))))
 
     def records(self, n_docs: int, gold_at: int) -> list[QARecord] | tuple[QARecord, ...]:
         """The records a setting draws from: the data file's, or the generated set."""
@@ -326,14 +372,22 @@ class MDQATask:
             raise ValueError(f"setting {setting.label} says {parsed[0]} documents but its value is {setting.value}")
         return parsed
 
-    def examples(self, setting: Setting, tokenizer: PreTrainedTokenizerBase, n: int, seed: int) -> list[Example]:
-        """``n`` seeded questions at ``setting`` (the same questions at every setting of one data set)."""
+    def examples(self, setting: Setting, tokenizer: PreTrainedTokenizerBase, n: int, seed: int, exclude: Collection[int] = (),
+                 reserve: int = 0) -> list[Example]:
+        """``n`` seeded questions at ``setting`` (the same questions at every setting of one data set).
+
+        Questions in ``exclude`` (record indices, ``meta["record"]``) are never drawn: Algorithm 1's calibration
+        questions exclude the evaluation's. ``reserve``: when ``n`` asks for every question, that many are left
+        out for calibration (:func:`lengthx.tasks.base.reserved_items`)."""
         if setting.unit not in ("docs", "tokens"):
             raise ValueError(f"mdqa settings are in docs or tokens, not {setting.unit!r}")
         struct = self.structure(setting)
         records = self.records(*(struct or (30, 0)))
-        picked = list(range(len(records))) if n >= len(records) else \
-            sorted(random.Random(f"mdqa:{seed}").sample(range(len(records)), n))
+        excluded = set(exclude)
+        pool = [i for i in range(len(records)) if i not in excluded]
+        held = reserved_items(pool, n, reserve, f"mdqa:reserve:{seed}")
+        pool = [i for i in pool if i not in held]
+        picked = pool if n >= len(pool) else sorted(random.Random(f"mdqa:{seed}").sample(pool, n))
         out = []
         for k, idx in enumerate(picked):
             rec = records[idx]

@@ -2,7 +2,9 @@
 
 Format (docs/design.md §6, a benchmark fact): an intro sentence, a prefix of filler, the pass-key sentence,
 a suffix of filler and the question, joined by newlines. The filler is the 5-sentence unit repeated and
-sliced by characters from its start. Settings are either ``n_garbage`` characters (the paper's 20k…55k) or
+sliced by characters from its start, for the prefix and again for the suffix: upstream cuts both from the
+start of the same repeated text (``garbage_inf[:n_garbage_prefix]``, ``garbage_inf[:n_garbage_suffix]``), so
+the suffix starts again at "The grass is green." instead of continuing where the prefix stopped. Settings are either ``n_garbage`` characters (the paper's 20k…55k) or
 a requested token count, fitted with the model's own tokenizer by bisection on ``n_garbage``.
 """
 
@@ -14,6 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from lengthx.data.fitting import count_tokens, fit_to_tokens
+from lengthx.data.provenance import SYNTHETIC
 from lengthx.tasks.base import Example, Setting
 from lengthx.tasks.metrics import passkey_correct
 
@@ -36,12 +39,13 @@ def filler(n_chars: int) -> str:
 
 
 def passkey_prompt(key: int, n_garbage: int, prefix_chars: int) -> str:
-    """The passkey prompt with ``n_garbage`` filler characters, ``prefix_chars`` of them before the key."""
+    """The passkey prompt with ``n_garbage`` filler characters, ``prefix_chars`` of them before the key.
+
+    Prefix and suffix are each cut from the start of the filler (:func:`filler`), as upstream does."""
     if not 0 <= prefix_chars <= n_garbage:
         raise ValueError(f"prefix_chars={prefix_chars} must lie in [0, n_garbage={n_garbage}]")
-    garbage = filler(n_garbage)
     key_line = f"The pass key is {key}. Remember it. {key} is the pass key."
-    return "\n".join([INTRO, garbage[:prefix_chars], key_line, garbage[prefix_chars:], QUESTION])
+    return "\n".join([INTRO, filler(prefix_chars), key_line, filler(n_garbage - prefix_chars), QUESTION])
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,10 @@ class PasskeyTask:
 
     def __init__(self, max_new_tokens: int = 10):
         self.max_new_tokens = max_new_tokens
+
+    def data_source(self, setting: Setting) -> str:
+        """``synthetic``: the benchmark generates its examples, upstream too (lengthx.data.provenance)."""
+        return SYNTHETIC
 
     def examples(self, setting: Setting, tokenizer: PreTrainedTokenizerBase, n: int, seed: int) -> list[Example]:
         """``n`` examples at ``setting`` (n_garbage characters, or a token count fitted by bisection)."""

@@ -1,14 +1,18 @@
 """Topic retrieval (LongEval "topics", Li et al. 2023), paper A §5.2 / Table 4.
 
 Benchmark facts (docs/design.md §10, verbatim): a header saying the record holds a conversation on N topics, each
-opening with "USER: I would like to discuss the topic of <TOPIC>", the conversations one after another (as
-upstream, concatenated), and the question "What is the first topic we discussed? Only give me the topic
-name. Do not summarize yourself." Upstream used 50 cases per setting (5, 10, 15, 20, 25 topics), topics
-drawn without replacement.
+opening with "USER: I would like to discuss the topic of <TOPIC>", the conversations one after another, and
+the question. As LongEval's current test-case generator builds them, the conversations are concatenated with
+nothing between them (a conversation ends "... let's talk about the next topic." and the next begins
+"USER: ..." right after the full stop), and the question reads "What is the first topic(s) we discussed? Only
+give me the topic name. Do not summarize yourself." Upstream used 50 cases per setting (5, 10, 15, 20, 25
+topics), topics drawn without replacement.
 
 Conversations come from LongEval's ``conversations.jsonl`` (one JSON object per line with string fields
-``topic`` and ``conversation``) when ``task.conversations_path`` names it; offline they are generated here
-from our own templates (:func:`generate_conversations`), each opening with the benchmark's sentence.
+``topic`` and ``conversation``) when ``task.conversations_path`` names it; the paper profile needs it (a run
+without it stops before any model loads). The mini profile generates them from our own templates
+(:func:`generate_conversations`), each opening with the benchmark's sentence, and its rows say
+``data=generated``.
 
 Scoring: upstream asked a GPT model to judge whether the output names the first topic. Offline we use a
 documented rule, :func:`lengthx.tasks.metrics.topic_correct`: the SQuAD-normalised topic (lower case, no
@@ -31,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from lengthx.data.fitting import count_tokens, fit_to_tokens
 from lengthx.data.jsonl import read_jsonl
-from lengthx.tasks.base import Example, Setting
+from lengthx.data.provenance import GENERATED, file_label
+from lengthx.tasks.base import Example, Setting, missing_path
 from lengthx.tasks.metrics import topic_correct
 
 if TYPE_CHECKING:
@@ -44,10 +49,12 @@ HEADER = (
     "Now the record start. "
 )
 CLOSING = (
-    " Now the record ends. What is the first topic we discussed? Only give me the topic name. "
+    " Now the record ends. What is the first topic(s) we discussed? Only give me the topic name. "
     "Do not summarize yourself."
 )
 OPENER = "USER: I would like to discuss the topic of {topic}."
+PAPER_DATA = ("LongEval's conversations.jsonl (github.com/DachengLi1/LongChat, "
+              "longeval/evaluation/topics/conversations.jsonl)")
 
 
 @dataclass(frozen=True)
@@ -61,16 +68,10 @@ class Conversation:
 def topics_prompt(conversations: list[str], n_topics: int | None = None) -> str:
     """The LongEval topics prompt: header with N, the conversations concatenated, the question.
 
-    Conversations are concatenated as upstream does; a single space is inserted only where neither side
-    of a junction has whitespace (our generated conversations carry none at their ends).
-    """
+    Conversations are joined with nothing between them, as upstream appends each conversation's text to
+    the record: "...the next topic.USER: I would like to discuss..."."""
     n = len(conversations) if n_topics is None else n_topics
-    body = ""
-    for conv in conversations:
-        if body and not body[-1].isspace() and conv and not conv[0].isspace():
-            body += " "
-        body += conv
-    return HEADER.format(n=n) + body + CLOSING
+    return HEADER.format(n=n) + "".join(conversations) + CLOSING
 
 
 def read_conversations(path: str | Path) -> list[Conversation]:
@@ -213,6 +214,10 @@ class TopicsTask:
 
     name = "topics"
     metrics = ("accuracy",)
+    paper_data = PAPER_DATA
+    stand_in = {GENERATED: "conversations generated from lengthx's templates"}  # data label → what it is
+    score_note = ("Topic retrieval is scored by normalised containment of the first topic in the output; "
+                  "upstream LongEval asked a GPT model to judge it, so topic numbers are not directly comparable.")
 
     def __init__(self, max_new_tokens: int = 50, conversations_path: str | None = None):
         self.max_new_tokens = max_new_tokens
@@ -221,9 +226,29 @@ class TopicsTask:
 
     @classmethod
     def from_config(cls, task_cfg: Any, profile: str = "mini") -> TopicsTask:
-        """The task from its Hydra config (``conf/task/topics.yaml``)."""
+        """The task from its Hydra config (``conf/task/topics.yaml``); the paper profile needs the real file."""
+        problem = cls.data_problem(task_cfg, profile)
+        if problem and profile == "paper":
+            raise ValueError(problem)
         return cls(max_new_tokens=int(task_cfg.max_new_tokens),
                    conversations_path=task_cfg.get("conversations_path"))
+
+    @staticmethod
+    def data_problem(task_cfg: Any, profile: str, settings: list[Setting] | None = None) -> str | None:
+        """Why this config cannot read its conversations, or ``None``: a configured file must exist, and the
+        paper profile must have one (generated conversations are the mini profile's stand-in only)."""
+        path = task_cfg.get("conversations_path")
+        if path:
+            return missing_path("task.conversations_path", path, PAPER_DATA)
+        if profile == "paper":
+            return (f"task=topics in profile=paper reads {PAPER_DATA}; task.conversations_path is not set. Fix: "
+                    "download that file and pass task.conversations_path=FILE (generated conversations are the "
+                    "mini profile's stand-in, never the paper profile's)")
+        return None
+
+    def data_source(self, setting: Setting) -> str:
+        """The conversations file (name and hash), or ``generated`` (lengthx.data.provenance)."""
+        return file_label(self.conversations_path) if self.conversations_path else GENERATED
 
     def conversations(self) -> tuple[Conversation, ...]:
         """LongEval's conversations when a path is configured, else the generated ones."""

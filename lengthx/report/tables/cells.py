@@ -25,7 +25,8 @@ def filled_cells(spec: TableSpec, runs: Iterable[RunCell]) -> set[tuple[str, str
     A run fills a column when its task and setting are the column's (average columns are derived and are
     never filled). Rows: the spec's explicit ``rows`` (by method), else its ``methods``; a model outside
     ``spec.models`` fills nothing. Methods in ``spec.shared_rows`` fill one row for every model, as the
-    paper prints them (paper A Tables 8-11: the log row).
+    paper prints them (paper A Tables 8-11: the log row). Columns are counted as the published table's
+    (``spec.paper_column``): several of ours compared with one published number fill that one cell.
     """
     out: set[tuple[str, str, str, int]] = set()
     by_column: dict[tuple[str, str], list[int]] = {}
@@ -42,7 +43,7 @@ def filled_cells(spec: TableSpec, runs: Iterable[RunCell]) -> set[tuple[str, str
         for j in by_column.get((task, setting), []):
             for label in labels:
                 owner = "*" if method in spec.shared_rows else model
-                out.add((owner, method, label, j))
+                out.add((owner, method, label, spec.paper_column(j)))
     return out
 
 

@@ -185,7 +185,41 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
         note = "; ".join(compared)
         markdown += (f"\nOur value, then the published one in parentheses (– where ours is missing)"
                      f"{'; ' + note if note else ''}.\n")
-    return Rendered(_latex(spec, groups, headers, body), markdown, missing)
+    notes = table_notes(spec, ok[ok["model"].isin(models)] if not ok.empty else ok)
+    if notes:
+        markdown += "\n" + "\n\n".join(notes) + "\n"
+    return Rendered(_latex(spec, groups, headers, body, notes), markdown, missing)
+
+
+def table_notes(spec: TableSpec, rows: pd.DataFrame) -> list[str]:
+    """Notes under a table about what its numbers rest on (docs/design.md §7): rows built from a stand-in for
+    the paper's data (``data`` = ``generated``, ``stdlib-…``: each task's ``stand_in``), rows written before
+    results named their data, and a task's scoring rule where it departs from upstream (``score_note``)."""
+    from lengthx.tasks import TASKS
+
+    notes: list[str] = []
+    metrics = {c.metric for c in spec.columns}
+    for task in dict.fromkeys(c.task for c in spec.columns):
+        cls = TASKS.get(task)
+        mine = rows[(rows["task"] == task) & rows["metric"].isin(metrics)] if not rows.empty else rows
+        if cls is None or mine.empty:
+            continue
+        stand_in = getattr(cls, "stand_in", {})
+        if "data" in mine.columns and stand_in:
+            labels = mine["data"].fillna("").astype(str)
+            for key, what in stand_in.items():
+                used = sorted({v for v in labels if v == key or v.startswith(key + "-")})
+                if used:
+                    notes.append(f"Data: the {task} rows are built from {what} (data={', '.join(used)}), a "
+                                 f"stand-in for {cls.paper_data}.")
+            unknown = int((labels == "").sum())
+            if unknown:
+                notes.append(f"Data: {unknown} {task} row(s) do not name their data (written before results "
+                             f"recorded it); a run without real data builds them from "
+                             f"{' or '.join(stand_in.values())}.")
+        if getattr(cls, "score_note", None) and metrics & set(cls.metrics):
+            notes.append(cls.score_note)
+    return notes
 
 
 def _paper_role(spec: TableSpec, model: str, meta: dict[str, Any],
@@ -228,9 +262,17 @@ def _improvement(spec: TableSpec, vals: list[float | None], base: list[float | N
     diff = [a - b if a is not None and b is not None else None for a, b in zip(vals, base, strict=True)]
     cells = [_fmt(spec, d, signed=True) for d in diff]
     if published is not None:
-        pub = paper_values(published, role, "improvement", None)
-        cells = [f"{c or '–'} ({pub[i]})" if i < len(pub) and pub[i] else c for i, c in enumerate(cells)]
+        cells = _beside_published(spec, cells, paper_values(published, role, "improvement", None))
     return cells
+
+
+def _beside_published(spec: TableSpec, cells: list[str], pub: list[str]) -> list[str]:
+    """``ours (published)`` per cell, the published value taken from the column ``spec.paper_column`` names."""
+    out = []
+    for i, c in enumerate(cells):
+        k = spec.paper_column(i)
+        out.append(f"{c or '–'} ({pub[k]})" if k < len(pub) and pub[k] else c)
+    return out
 
 
 N_BOOT_TEXT = "percentile bootstrap, 2000 resamples"
@@ -247,8 +289,7 @@ def _cells(spec: TableSpec, vals: list[float | None], published: Published, role
            row: Row | None, compare_paper: bool) -> list[str]:
     cells = [_fmt(spec, v) for v in vals]
     if compare_paper:
-        pub = paper_values(published, role, method, row)
-        cells = [f"{c or '–'} ({pub[i]})" if i < len(pub) and pub[i] else c for i, c in enumerate(cells)]
+        cells = _beside_published(spec, cells, paper_values(published, role, method, row))
     return cells
 
 
@@ -269,7 +310,7 @@ def _bold_best(spec: TableSpec, body: list, group_rows: list[tuple[int, list[flo
                 body[i] = (label, cells, is_model)
 
 
-def _latex(spec: TableSpec, groups, headers, body) -> str:
+def _latex(spec: TableSpec, groups, headers, body, notes: list[str] | None = None) -> str:
     ncols = len(headers)
     lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\begin{{tabular}}{{l{'c' * ncols}}}", r"\toprule"]
     grp = " & ".join(rf"\multicolumn{{{n}}}{{c}}{{{g}}}" for g, n in groups)
@@ -287,7 +328,8 @@ def _latex(spec: TableSpec, groups, headers, body) -> str:
         tex_cells = [c.replace(">1k", r"$>$1k") for c in cells]
         tex_cells = [rf"\textbf{{{c[2:-2]}}}" if c.startswith("**") else c for c in tex_cells]
         lines.append(" & ".join([label.replace("_", r"\_") if is_model else label, *tex_cells]) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{spec.title}}}", r"\end{table}"]
+    caption = " ".join([spec.title, *(n.replace("_", r"\_") for n in notes or [])])
+    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{caption}}}", r"\end{table}"]
     return "\n".join(lines) + "\n"
 
 

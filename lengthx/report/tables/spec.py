@@ -64,6 +64,9 @@ class TableSpec:
     τ = log_{L_ex} L_tr depends on the length only), so a planned cell of any model fills it.
     ``intervals``: each cell carries its 95% bootstrap interval over examples and a second table gives each
     method's paired difference to τ = 1, both from the cells' records (:mod:`lengthx.report.tables.intervals`).
+    ``paper_columns``: the published column each of ours is compared with, where the paper prints one number
+    for several of our columns (paper A Table 10: one τ per document count, ours per calibrated gold position);
+    ``None`` = the same position.
     ``paper_reference``: for ``--compare-paper``, the published model a stand-in (a model config with a
     ``paper_role``, e.g. mini-t5 for Flan-T5-XL) is set beside when the table has no row for its role
     (Table 3 has T5-LM models only, Tables 6/11-13 CodeT5+ only).
@@ -91,6 +94,13 @@ class TableSpec:
     paper_reference: str | None = None  # published row group a stand-in is compared with, if not its paper_role
     extra_methods: bool = True  # also a row for methods the results hold beyond ``methods`` (False: exactly those)
     intervals: bool = False  # 95% bootstrap interval beside each cell, paired differences to τ = 1 below (intervals.py)
+    paper_columns: tuple[int, ...] | None = None  # published column of each of ours (None: the same position)
+
+    def paper_column(self, j: int) -> int:
+        """The published column our column ``j`` is compared with (an "Avg." column keeps its position)."""
+        if self.paper_columns is None or j >= len(self.paper_columns):
+            return j
+        return self.paper_columns[j]
 
     @property
     def tasks(self) -> set[str]:
