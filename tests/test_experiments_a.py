@@ -266,3 +266,17 @@ def test_compare_paper_reads_the_package_whatever_the_environment(tmp_path):
                        capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "12.3 (28.3)" in (res / "tables" / "aa_table3_vs_paper.md").read_text()
+
+
+def test_paper_b_runs_fill_their_method_row_at_their_length():
+    """Paper B's cells carry the length a run was trained for (``chunk-0.25@2L_t``); in a table that looks
+    methods up per column they fill the chunk-0.25 row at 2L_t, so plan counts Table 3's trained cells."""
+    from lengthx.report.tables import TABLES
+    from lengthx.report.tables.cells import filled_cells
+
+    spec = TABLES["sb_table3"]
+    runs = [("gpt2", "ootb", "segmented_ppl", "2L_t"), ("gpt2", "chunk-0.25@2L_t", "segmented_ppl", "2L_t"),
+            ("gpt2", "chunk-0.25@4L_t", "segmented_ppl", "4L_t"), ("gpt2", "chunk-0.25@4L_t", "segmented_ppl", "2L_t")]
+    filled = filled_cells(spec, runs)
+    assert {(m, method) for m, method, _, _ in filled} == {("gpt2", "ootb"), ("gpt2", "chunk-0.25")}
+    assert len(filled) == 3  # the 4L_t-trained run scored at 2L_t is not Table 3's chunk-0.25 cell at 2L_t

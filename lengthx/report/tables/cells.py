@@ -26,7 +26,9 @@ def filled_cells(spec: TableSpec, runs: Iterable[RunCell]) -> set[tuple[str, str
     never filled). Rows: the spec's explicit ``rows`` (by method), else its ``methods``; a model outside
     ``spec.models`` fills nothing. Methods in ``spec.shared_rows`` fill one row for every model, as the
     paper prints them (paper A Tables 8-11: the log row). Columns are counted as the published table's
-    (``spec.paper_column``): several of ours compared with one published number fill that one cell.
+    (``spec.paper_column``): several of ours compared with one published number fill that one cell. With
+    ``spec.method_at_setting`` a run trained for one length (``chunk-0.25@2L_t``) fills its method's row at
+    that length's column.
     """
     out: set[tuple[str, str, str, int]] = set()
     by_column: dict[tuple[str, str], list[int]] = {}
@@ -36,6 +38,8 @@ def filled_cells(spec: TableSpec, runs: Iterable[RunCell]) -> set[tuple[str, str
     for model, method, task, setting in runs:
         if spec.models is not None and model not in spec.models:
             continue
+        if spec.method_at_setting and method.endswith(f"@{setting}"):  # paper B: chunk-0.25@2L_t at 2L_t
+            method = method.removesuffix(f"@{setting}")
         if spec.rows:
             labels = [r.label for r in spec.rows if r.method == method]
         else:
