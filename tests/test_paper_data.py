@@ -176,3 +176,12 @@ def test_tables_built_from_generated_data_say_so():
     topics = render(TABLE4, pd.DataFrame(_rows("topics", ["5"], "conversations.jsonl@0123abcd")))
     assert "upstream LongEval asked a GPT model to judge it" in topics.markdown and "GPT" in topics.latex
     assert "Data:" not in topics.markdown
+
+
+def test_numeric_setting_labels_pass_validation(tmp_path):
+    """Hydra reads ``task.only=[5,25]`` (topics' labels) as numbers; the Makefile's recipe passes them so."""
+    cfg = compose_run(["task=topics", "task.only=[5,25]", f"results_dir={tmp_path / 'm'}"])
+    validate_run_config(cfg)
+    from lengthx.tasks import resolve_settings
+
+    assert [s.label for s in resolve_settings(cfg.task, "mini", int(cfg.model.l_tr))] == ["5", "25"]

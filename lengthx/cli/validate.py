@@ -60,7 +60,7 @@ class TaskSection(_Section):
     name: str
     num_examples: Count | None = None
     settings: Annotated[list[Length], Field(min_length=1)] | None = None
-    only: list[str] | None = None
+    only: list[str | int] | None = None  # setting labels; Hydra reads task.only=[5,25] as numbers
     seed: int = 0
     max_new_tokens: Annotated[int, Field(ge=0)] | None = None
 
@@ -118,7 +118,7 @@ def _first_error(err: ValidationError) -> str:
     value = first.get("input")
     shown = "[]" if value == [] else ("null" if value is None else str(value))
     reason = first["msg"][0].lower() + first["msg"][1:]
-    fix = FIXES.get(re.sub(r"\[\d+\]", "", key), "see the key's comment in conf/")
+    fix = FIXES.get(re.sub(r"\[\d+\]", "", key), "see the key's comment in lengthx/conf/")
     return f"{key}={shown}: {reason}. Fix: {fix}"
 
 
