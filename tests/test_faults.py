@@ -379,13 +379,14 @@ def test_a_damaged_shard_is_named(damage, tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_keeps_finished_examples_and_says_how_to_resume(tiny_model_dir, tmp_path):
     res = tmp_path / "res"
-    args = _args(tiny_model_dir, res, n=6)
+    n = 60  # long enough (two cells of 60) that the interrupt lands mid-run on a fast or a loaded machine
+    args = _args(tiny_model_dir, res, n=n)
     proc = subprocess.Popen(LENGTHX + args, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=_limit_memory)
     deadline = time.time() + 180
     while time.time() < deadline:  # interrupt once the first cell has some, not all, of its examples
         files = sorted((res / "records").glob("*.jsonl")) if (res / "records").exists() else []
-        if files and 2 <= len(files[0].read_bytes().splitlines()) < 6:
+        if files and 2 <= len(files[0].read_bytes().splitlines()) < n:
             break
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
@@ -394,13 +395,13 @@ def test_ctrl_c_keeps_finished_examples_and_says_how_to_resume(tiny_model_dir, t
     assert proc.returncode == 130, err[-3000:]
     assert "Traceback" not in out + err
     last = re.split(r"[\r\n]", err.strip())[-1]  # after the progress bar's carriage returns
-    assert last == f"interrupted; rerun the same command to resume: {kept} of 12 examples kept"
-    assert 2 <= kept < 12
+    assert last == f"interrupted; rerun the same command to resume: {kept} of {2 * n} examples kept"
+    assert 2 <= kept < 2 * n
     p = run_command(args)
     assert p.returncode == 0, p.stderr[-3000:]
     for f in (res / "records").glob("*.jsonl"):
         ids = [json.loads(x)["id"] for x in f.read_text().splitlines()]
-        assert len(ids) == len(set(ids)) == 6  # nothing computed twice
+        assert len(ids) == len(set(ids)) == n  # nothing computed twice
 
 
 def test_long_examples_are_recorded_one_at_a_time(tiny_model_dir, tmp_path):

@@ -266,7 +266,7 @@ def test_a_clone_at_another_path_finds_the_committed_cells_done(tmp_path):
     clone = tmp_path / "clone"
     skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".hydra", ".results.lock")
     conf = [] if CONF_DIR.is_relative_to(ROOT / "lengthx") else [CONF_DIR.relative_to(ROOT)]  # conf/ or in the package
-    for folder in (Path("lengthx"), *conf, Path("results/mini")):
+    for folder in (Path("lengthx"), *conf, Path("corpora"), Path("results/mini")):
         shutil.copytree(ROOT / folder, clone / folder, ignore=skip)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(clone), "OMP_NUM_THREADS": "1",
            "LENGTHX_RESULTS": "results"}  # the committed results, as `make reproduce-mini` writes them
@@ -274,11 +274,10 @@ def test_a_clone_at_another_path_finds_the_committed_cells_done(tmp_path):
                            capture_output=True, text=True, check=True).stdout.strip()
     assert Path(where).is_relative_to(clone)
     csv_before = (clone / "results/mini/results.csv").read_bytes()
-    attention = clone / "results/mini/attention/gpt2__ootb.json"
+    attention = clone / "results/mini/attention/gpt2__pretrained.json"
     attention_before = attention.read_bytes()
     jobs = [["run", *TABLE3_PMAX],
-            ["run", "task=segmented_ppl", "model=gpt2", "task.factors=[1,2,3,4,5]", "task.attention_medians=4",
-             "task.num_examples=60", "task.text_factor=5"]]
+            ["run", "experiment=sb_table2", "model=gpt2", "task.run=pretrained"]]  # paper B's Table 2 cells
     for job in jobs:
         p = subprocess.run([sys.executable, "-m", "lengthx.cli", *job], cwd=clone, env=env, capture_output=True,
                            text=True, timeout=300)
