@@ -64,6 +64,14 @@ def reserved_items(pool: list[Any], n: int, reserve: int, key: str) -> set[Any]:
     return set(random.Random(key).sample(pool, keep))
 
 
+def draw_items(pool: list[Any], n: int, reserve: int, reserve_key: str, sample_key: str) -> list[Any]:
+    """The evaluation's items of ``pool``: all but :func:`reserved_items` when ``n`` covers the pool, else a
+    sorted seeded sample of ``n`` (``sample_key``), so calibration can draw from what the evaluation leaves."""
+    held = reserved_items(pool, n, reserve, reserve_key)
+    pool = [i for i in pool if i not in held]
+    return pool if n >= len(pool) else sorted(random.Random(sample_key).sample(pool, n))
+
+
 def explicit_label(value: int, unit: str) -> str:
     """Column label of an explicit setting, its value and unit: (20000, "chars") → "20000chars".
 

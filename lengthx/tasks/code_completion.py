@@ -39,7 +39,7 @@ from lengthx.data.fitting import chars_per_token, count_tokens, suffix_with_toke
 from lengthx.data.hub import load_hub_dataset
 from lengthx.data.jsonl import read_jsonl
 from lengthx.data.provenance import file_label, hub_label, stdlib_label
-from lengthx.tasks.base import Example, Setting, hub_problem, missing_path, reserved_items
+from lengthx.tasks.base import Example, Setting, draw_items, hub_problem, missing_path
 from lengthx.tasks.metrics import code_exact_match, edit_similarity, first_line
 
 if TYPE_CHECKING:
@@ -179,7 +179,7 @@ class CodeCompletionTask:
 
         Rows or (file, line)s in ``exclude`` (``meta["source"]``) are never drawn: Algorithm 1's calibration
         examples exclude the evaluation's. ``reserve``: when ``n`` asks for every row of a bucket, that many
-        are left out for calibration (:func:`lengthx.tasks.base.reserved_items`)."""
+        are left out for calibration (:func:`lengthx.tasks.base.draw_items`)."""
         if setting.unit not in ("bucket", "tokens"):
             raise ValueError(f"code_completion settings are in bucket or tokens, not {setting.unit!r}")
         if self.source == "stdlib":
@@ -225,9 +225,8 @@ class CodeCompletionTask:
                              f"{setting.unit}) for this tokenizer")
         if exclude:
             pool = [i for i in pool if rows[i].source not in exclude]
-        held = reserved_items(pool, n, reserve, f"code_completion:reserve:{seed}:{setting.label}")
-        pool = [i for i in pool if i not in held]
-        chosen = pool if n >= len(pool) else sorted(random.Random(f"code_completion:{seed}").sample(pool, n))
+        chosen = draw_items(pool, n, reserve, f"code_completion:reserve:{seed}:{setting.label}",
+                            f"code_completion:{seed}")
         out = []
         for k, i in enumerate(chosen):
             row = rows[i]

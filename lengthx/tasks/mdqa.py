@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from lengthx.data.fitting import bisect_largest, count_tokens, fit_to_tokens
 from lengthx.data.jsonl import DataFormatError, read_jsonl
 from lengthx.data.provenance import GENERATED, file_label
-from lengthx.tasks.base import Example, Setting, missing_path, reserved_items
+from lengthx.tasks.base import Example, Setting, draw_items, missing_path
 from lengthx.tasks.metrics import best_subspan_em
 
 if TYPE_CHECKING:
@@ -378,16 +378,14 @@ class MDQATask:
 
         Questions in ``exclude`` (record indices, ``meta["record"]``) are never drawn: Algorithm 1's calibration
         questions exclude the evaluation's. ``reserve``: when ``n`` asks for every question, that many are left
-        out for calibration (:func:`lengthx.tasks.base.reserved_items`)."""
+        out for calibration (:func:`lengthx.tasks.base.draw_items`)."""
         if setting.unit not in ("docs", "tokens"):
             raise ValueError(f"mdqa settings are in docs or tokens, not {setting.unit!r}")
         struct = self.structure(setting)
         records = self.records(*(struct or (30, 0)))
         excluded = set(exclude)
         pool = [i for i in range(len(records)) if i not in excluded]
-        held = reserved_items(pool, n, reserve, f"mdqa:reserve:{seed}")
-        pool = [i for i in pool if i not in held]
-        picked = pool if n >= len(pool) else sorted(random.Random(f"mdqa:{seed}").sample(pool, n))
+        picked = draw_items(pool, n, reserve, f"mdqa:reserve:{seed}", f"mdqa:{seed}")
         out = []
         for k, idx in enumerate(picked):
             rec = records[idx]
