@@ -117,6 +117,9 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
     With ``store`` (the results' directory) a spec with ``intervals`` shows each cell's 95% interval from its
     records, and the Markdown gains a table of paired differences to τ = 1."""
     ok = latest_ok(df)
+    notes: list[str] = []
+    if spec.derive is not None and not ok.empty:
+        ok, notes = spec.derive(ok)
     intervals = table_intervals(store, ok, spec.tasks, {c.metric for c in spec.columns}) \
         if spec.intervals and store is not None else {}
     paired: list[tuple[str, list[str], bool]] = []
@@ -156,7 +159,7 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
                 label, is_model = row.label, False
             else:
                 is_model = first_is_model and method == spec.methods[0]
-                label = display if is_model else METHOD_LABELS.get(method, f"w/ {method}")
+                label = display if is_model else dict(spec.labels).get(method) or METHOD_LABELS.get(method, f"w/ {method}")
             group_rows.append((len(body), vals))
             cells = _cells(spec, vals, published, role, method, row, compare_paper)
             if intervals:
@@ -181,11 +184,14 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
     if paired:
         title = "Paired difference to τ = 1 on the same examples (mean, 95% bootstrap interval)"
         markdown += "\n" + _markdown(spec, groups, headers, paired).replace(spec.title, title, 1)
+    derived = f"{spec.derive_title}: {'; '.join(notes)}." if notes else ""
+    if derived:
+        markdown += f"\n{derived}\n"
     if compare_paper:
         note = "; ".join(compared)
         markdown += (f"\nOur value, then the published one in parentheses (– where ours is missing)"
                      f"{'; ' + note if note else ''}.\n")
-    return Rendered(_latex(spec, groups, headers, body), markdown, missing)
+    return Rendered(_latex(spec, groups, headers, body, derived), markdown, missing)
 
 
 def _paper_role(spec: TableSpec, model: str, meta: dict[str, Any],
@@ -269,7 +275,7 @@ def _bold_best(spec: TableSpec, body: list, group_rows: list[tuple[int, list[flo
                 body[i] = (label, cells, is_model)
 
 
-def _latex(spec: TableSpec, groups, headers, body) -> str:
+def _latex(spec: TableSpec, groups, headers, body, note: str = "") -> str:
     ncols = len(headers)
     lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\begin{{tabular}}{{l{'c' * ncols}}}", r"\toprule"]
     grp = " & ".join(rf"\multicolumn{{{n}}}{{c}}{{{g}}}" for g, n in groups)
@@ -287,7 +293,8 @@ def _latex(spec: TableSpec, groups, headers, body) -> str:
         tex_cells = [c.replace(">1k", r"$>$1k") for c in cells]
         tex_cells = [rf"\textbf{{{c[2:-2]}}}" if c.startswith("**") else c for c in tex_cells]
         lines.append(" & ".join([label.replace("_", r"\_") if is_model else label, *tex_cells]) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{spec.title}}}", r"\end{table}"]
+    caption = spec.title + (f". {note}".replace("_", r"\_") if note else "")
+    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{caption}}}", r"\end{table}"]
     return "\n".join(lines) + "\n"
 
 

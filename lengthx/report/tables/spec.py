@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 # method id → row label; and the labels the papers' CSVs use for the same rows
 METHOD_LABELS = {"pmax": r"w/ $P_{\max}$", "entropy": "w/ $H$", "log": r"w/ $\log_{L_{ex}} L_{tr}$",
@@ -64,6 +66,8 @@ class TableSpec:
     τ = log_{L_ex} L_tr depends on the length only), so a planned cell of any model fills it.
     ``intervals``: each cell carries its 95% bootstrap interval over examples and a second table gives each
     method's paired difference to τ = 1, both from the cells' records (:mod:`lengthx.report.tables.intervals`).
+    ``labels`` name rows beyond :data:`METHOD_LABELS`; ``derive`` adds rows computed from the others (and notes
+    on how) before the table is filled (the extension table: the best τ rule of each model, chosen on OOTB).
     ``paper_reference``: for ``--compare-paper``, the published model a stand-in (a model config with a
     ``paper_role``, e.g. mini-t5 for Flan-T5-XL) is set beside when the table has no row for its role
     (Table 3 has T5-LM models only, Tables 6/11-13 CodeT5+ only).
@@ -91,6 +95,10 @@ class TableSpec:
     paper_reference: str | None = None  # published row group a stand-in is compared with, if not its paper_role
     extra_methods: bool = True  # also a row for methods the results hold beyond ``methods`` (False: exactly those)
     intervals: bool = False  # 95% bootstrap interval beside each cell, paired differences to τ = 1 below (intervals.py)
+    labels: tuple[tuple[str, str], ...] = ()  # (method, row label) pairs before METHOD_LABELS
+    # derived rows: (newest ok rows) → (those rows plus derived ones, notes printed under the table after derive_title)
+    derive: Callable[[Any], tuple[Any, list[str]]] | None = None
+    derive_title: str = ""
 
     @property
     def tasks(self) -> set[str]:
