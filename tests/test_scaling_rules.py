@@ -105,29 +105,30 @@ L_TR = 5  # short, so that most rows of a 16-token sequence are past it
 REF_NAME = "lengthx-test-rows"
 
 
-def _lam(rule: str, n: int) -> float:
+def _lam(rule: str, n: int, l_tr: int = L_TR) -> float:
     """λ_n = 1/τ_n by the formulas as published (n = the row's 1-based position = keys it sees, causal)."""
     if rule == "logn":
-        return math.log(n, L_TR) if n > L_TR else 1.0
-    return math.log(n) / math.log(L_TR)
+        return math.log(n, l_tr) if n > l_tr else 1.0
+    return math.log(n) / math.log(l_tr)
 
 
-def _hand_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, rule="logn", **kwargs):
+def _hand_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, rule="logn", l_tr=L_TR,
+                    **kwargs):
     """softmax(λ_i·QKᵀ·scaling + causal mask) V with λ from :func:`_lam`, rows at 0-based positions K−Q…K−1."""
     q_len, k_len = query.shape[-2], key.shape[-2]
     if key.shape[1] != query.shape[1]:
         key = key.repeat_interleave(query.shape[1] // key.shape[1], 1)
         value = value.repeat_interleave(query.shape[1] // value.shape[1], 1)
     logits = query @ key.transpose(-1, -2) * (query.shape[-1] ** -0.5 if scaling is None else scaling)
-    lam = torch.tensor([_lam(rule, p + 1) for p in range(k_len - q_len, k_len)], dtype=logits.dtype)
+    lam = torch.tensor([_lam(rule, p + 1, l_tr) for p in range(k_len - q_len, k_len)], dtype=logits.dtype)
     allowed = torch.ones(q_len, k_len).tril(k_len - q_len).bool()
     scores = (logits * lam[:, None]).masked_fill(~allowed, float("-inf"))
     return (scores.softmax(-1) @ value).transpose(1, 2).contiguous(), None
 
 
-def _reference(model, rule):
-    """A copy of ``model`` whose every attention is :func:`_hand_attention`."""
-    AttentionInterface.register(REF_NAME, lambda *a, **k: _hand_attention(*a, rule=rule, **k))
+def hand_reference(model, rule, l_tr=L_TR):
+    """A copy of ``model`` whose every attention is :func:`_hand_attention` (no padding)."""
+    AttentionInterface.register(REF_NAME, lambda *a, **k: _hand_attention(*a, rule=rule, l_tr=l_tr, **k))
     AttentionMaskInterface.register(REF_NAME, sdpa_mask)
     ref = copy.deepcopy(model)
     ref.set_attn_implementation(REF_NAME)
@@ -146,7 +147,7 @@ def test_per_row_tau_equals_a_hand_written_softmax(family, rule):
     stock = logits_of(model, ids, None)
     set_temperature(get_family(family).temperature_modules(model, "all"), RowScale(rule, L_TR))
     ours = logits_of(model, ids, None)
-    ref = logits_of(_reference(model, rule), ids, None)
+    ref = logits_of(hand_reference(model, rule), ids, None)
     torch.testing.assert_close(ours, ref, atol=2e-5, rtol=1e-5)
     changed = (ours - stock).abs().amax(-1)[0]  # rows up to L_tr are stock under logn; all but row 0 move under ssmax
     assert changed[L_TR:].min() > 1e-4
