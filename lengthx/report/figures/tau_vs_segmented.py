@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from lengthx.report.figures.paper_b import _factor  # noqa: E402
-from lengthx.report.tables.render import markdown_label, model_info  # noqa: E402
+from lengthx.report.tables.render import model_info  # noqa: E402
 from lengthx.report.tables.tau_vs_segmented import CHUNK, LABELS, MODELS, PPL, TAU_RULES  # noqa: E402
 
 if TYPE_CHECKING:
@@ -26,10 +26,11 @@ CURVES = ("ootb", *(f"ootb+{r}" for r in TAU_RULES), CHUNK, *(f"{CHUNK}+{r}" for
 
 
 def _label(method: str) -> str:
+    """The table's row label (its LaTeX math is matplotlib's mathtext); chunk-0.25 with a rule as OOTB's."""
     base, _, rule = method.partition("+")
     if base == "ootb":
-        return markdown_label(LABELS.get(method, "OOTB"))
-    return "chunk-0.25 (4L_t)" + (f" + {rule}" if rule else "")
+        return LABELS.get(method, "OOTB")
+    return LABELS[CHUNK] + (LABELS[f"ootb+{rule}"].removeprefix("OOTB") if rule else "")
 
 
 def tau_vs_segmented_figure(df: pd.DataFrame, out: Path,
@@ -42,19 +43,23 @@ def tau_vs_segmented_figure(df: pd.DataFrame, out: Path,
     if not models:
         return []
     info = model_info()
-    fig, axes = plt.subplots(1, len(models), figsize=(4.6 * len(models), 3.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(models), figsize=(4.6 * len(models), 3.6), squeeze=False)
+    handles: dict[str, object] = {}
     for ax, model in zip(axes[0], models, strict=True):
         mine = rows[rows["model"] == model]
         for method in (m for m in CURVES if (mine["method"] == m).any()):  # a rule's colour on both models
             g = mine[mine["method"] == method].sort_values("factor")
-            ax.plot(g["factor"], g["value"], marker="o", ms=3, lw=1.2, color=f"C{CURVES.index(method) % 8}",
-                    ls="-" if method.startswith("ootb") else "--", label=_label(method))
+            (line,) = ax.plot(g["factor"], g["value"], marker="o", ms=3, lw=1.2, color=f"C{CURVES.index(method) % 8}",
+                              ls="-" if method.startswith("ootb") else "--", label=_label(method))
+            handles.setdefault(method, line)
         ax.axvline(1, color="grey", lw=0.5, ls=":")
         ax.set_xlabel(r"evaluation length $L / L_t$")
         ax.set_ylabel("perplexity (mean per sequence)")
         meta = info.get(model, {})
         ax.set_title(f"{meta.get('display', model)} ({meta.get('pe', '')})", fontsize=10)
-        ax.legend(fontsize=6, ncol=2)
+    order = [m for m in CURVES if m in handles]  # one legend for all panels: a rule has one colour everywhere
+    fig.legend([handles[m] for m in order], [_label(m) for m in order], loc="lower center", fontsize=7,
+               ncol=min(4, len(order)), frameon=False, bbox_to_anchor=(0.5, -0.02 - 0.045 * (len(order) // 4)))
     fig.suptitle("Temperature vs segmented training: perplexity against length", fontsize=10)
     fig.tight_layout()
     return save(fig, out, NAME)

@@ -21,7 +21,7 @@ CHUNK = "chunk-0.25@4L_t"  # chunk-0.25 trained at L_e = 4L_t (task.run=chunk-0.
 BEST = f"{CHUNK}+best"
 MODELS = ("gpt2", "pythia-160m", "bloom-1b1")
 
-_RULE_LABELS = {"log": r"$\log_{L_{ex}} L_{tr}$", "yarn": "YaRN", "longrope": "LongRoPE", "logn": "logn (Qwen)",
+_RULE_LABELS = {"log": r"$\log_{L_{ex}} L_{tr}$", "yarn": "YaRN", "longrope": "LongRoPE (= log)", "logn": "logn (Qwen)",
                 "ssmax": "SSMax", "pmax": r"$P_{\max}$ (Alg. 1)", "entropy": "$H$ (Alg. 1)"}
 LABELS = {**{f"ootb+{r}": f"OOTB + {label}" for r, label in _RULE_LABELS.items()},
           CHUNK: "chunk-0.25 (trained at $4L_t$)", BEST: "chunk-0.25 ($4L_t$) + best rule on OOTB"}
