@@ -114,10 +114,21 @@ class CalibrationOptions:
 
 def calibrate(loaded: Any, reference: Batches, extrapolation: Batches, options: CalibrationOptions) -> Alignment:
     """Algorithm 1 end to end: S̄_tr(1) on length-L_tr batches, then τ_ex on the extrapolation batches."""
-    mode = options.mode
-    target = options.capture(loaded, reference, 1.0).mean(mode)  # FINDS(1, M) at L_tr, as find_s
-    return align_temperature(lambda t: options.capture(loaded, extrapolation, t).mean(mode), target, mode,
-                             options.search)
+    return align_to(loaded, extrapolation, reference_statistic(loaded, reference, options), options)
+
+
+def reference_statistic(loaded: Any, reference: Batches, options: CalibrationOptions) -> float:
+    """S̄_tr(1): FINDS(1, M) on the length-L_tr batches, as :func:`find_s`."""
+    return options.capture(loaded, reference, 1.0).mean(options.mode)
+
+
+def align_to(loaded: Any, extrapolation: Batches, target: float, options: CalibrationOptions) -> Alignment:
+    """τ_ex whose S̄_ex(τ) on the extrapolation batches is closest to ``target`` (:func:`align_temperature`).
+
+    Called on its own, after :func:`reference_statistic`, where the model changes between the two phases
+    (paper B's GPT-2 reads its APE table at L_t, and interpolated to L_ex at L_ex)."""
+    return align_temperature(lambda t: options.capture(loaded, extrapolation, t).mean(options.mode), target,
+                             options.mode, options.search)
 
 
 def _per_layer(stats: Any, mode: str) -> list[float]:

@@ -1,5 +1,7 @@
 """Closed-form temperatures of paper A: log scaling τ = log L_tr / log L_ex (§5, Tables 8-11) and
-Propositions 1-2 (§7, A.2-A.3), which give τ from layer 0's logit statistics at L_tr and L_ex.
+Propositions 1-2 (§7, A.2-A.3), which give τ from layer 0's logit statistics at L_tr and L_ex; and
+:func:`rule_temperature`, τ of every method that needs the lengths alone, the scaling rules of YaRN, LongRoPE,
+Qwen's logn and SSMax (:mod:`lengthx.attention.scaling`) among them.
 """
 
 from __future__ import annotations
@@ -9,6 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from lengthx.alignment.statistics import layer0_statistics
+from lengthx.attention.scaling import ROW_RULES, RowScale, longrope_temperature, yarn_temperature
+
+# methods whose τ follows from L_ex and L_tr alone (no calibration): one number, or one per query row
+RULE_METHODS = ("none", "fixed", "log", "yarn", "longrope", *ROW_RULES)
 
 
 def log_temperature(l_ex: float, l_tr: float) -> float:
@@ -16,6 +22,23 @@ def log_temperature(l_ex: float, l_tr: float) -> float:
     if l_ex <= 0 or l_tr <= 1:
         raise ValueError(f"lengths must be positive with L_tr > 1, got L_ex={l_ex}, L_tr={l_tr}")
     return 1.0 if l_ex <= l_tr else math.log(l_tr) / math.log(l_ex)
+
+
+def rule_temperature(method: Any, l_ex: float, l_tr: int) -> float | RowScale:
+    """τ of a :data:`RULE_METHODS` method (``method``: its config) at L_ex with training length L_tr: ``none`` 1,
+    ``fixed`` its ``tau``, ``log`` (paper A §5), ``yarn`` 1/mscale², ``longrope`` 1/factor², and for ``logn`` and
+    ``ssmax`` a :class:`~lengthx.attention.scaling.RowScale` (τ per query row, from the keys it sees)."""
+    name = str(method.name)
+    closed = {"log": log_temperature, "yarn": yarn_temperature, "longrope": longrope_temperature}
+    if name == "none":
+        return 1.0
+    if name == "fixed":
+        return float(method.tau)
+    if name in closed:
+        return closed[name](l_ex, l_tr)
+    if name in ROW_RULES:
+        return RowScale(name, int(l_tr))
+    raise ValueError(f"method {name!r} has no closed-form τ; rules: {', '.join(RULE_METHODS)}")
 
 
 def prop1_temperature(l_tr: float, l_ex: float, pmax_tr: float, sigma_tr: float, sigma_ex: float) -> float:

@@ -16,6 +16,8 @@ that operation by swapping the class of every ``BloomAttention`` instance for
 (``lengthx.alignment``) work unchanged. Applying it to BLOOM's self-attention is an extension beyond paper A.
 
 * With τ = 1 and no statistics the stock ``BloomAttention.forward`` runs, so logits are bit-identical.
+* A per-row rule (logn, SSMax; :class:`lengthx.attention.scaling.RowScale`) multiplies each query row of the
+  τ = 1 logits, ALiBi included, by its λ_n = 1/τ_n, n = the keys the row sees under BLOOM's causal mask.
 * Otherwise the scores are built one query block at a time (at most ``QUERY_BLOCK`` rows of scores exist at
   once, docs/design.md §9), and P_max/entropy (and, when requested, the layer's raw logits for the average logit
   vector) are fed to the statistics object from the same block.
@@ -36,8 +38,9 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.models.bloom.modeling_bloom import BloomAttention, dropout_add
 
+from lengthx.attention.scaling import RowScale, temper
 from lengthx.attention.stats import STATS_ATTR
-from lengthx.attention.temperature import QUERY_BLOCK, TAU_ATTR
+from lengthx.attention.temperature import QUERY_BLOCK, module_tau
 
 if TYPE_CHECKING:
     from transformers.cache_utils import Cache
@@ -76,12 +79,13 @@ class TemperatureBloomAttention(BloomAttention):
         output_attentions: bool = False,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        tau = float(getattr(self, TAU_ATTR, 1.0))
+        tau = module_tau(self)
+        row_rule = isinstance(tau, RowScale)
         stats: AttentionStats | None = getattr(self, STATS_ATTR, None)
-        if tau == 1.0 and stats is None:
+        if not row_rule and tau == 1.0 and stats is None:
             return super().forward(hidden_states, residual, alibi, attention_mask, layer_past=layer_past,
                                    use_cache=use_cache, output_attentions=output_attentions, **kwargs)
-        if tau <= 0:
+        if not row_rule and tau <= 0:
             raise ValueError(f"temperature must be positive, got τ={tau} on {type(self).__name__}")
         if stats is not None and self.training and self.attention_dropout.p > 0:
             raise ValueError("attention statistics need eval mode (attention dropout would perturb them)")
@@ -100,7 +104,8 @@ class TemperatureBloomAttention(BloomAttention):
             mask = torch.zeros(mask.shape, dtype=query.dtype, device=mask.device).masked_fill_(
                 ~mask, torch.finfo(query.dtype).min)
         want_logits = stats is not None and stats.wants_logits(self)
-        beta, alpha = self.beta / tau, self.inv_norm_factor / tau
+        # one τ enters baddbmm's factors; a per-row rule multiplies each row of the τ = 1 logits by its λ_n
+        beta, alpha = (self.beta, self.inv_norm_factor) if row_rule else (self.beta / tau, self.inv_norm_factor / tau)
 
         context = torch.empty_like(query)
         all_probs = (torch.empty(batch, heads, q_len, k_len, dtype=query.dtype, device=query.device)
@@ -117,7 +122,10 @@ class TemperatureBloomAttention(BloomAttention):
 
                 row_valid, key_valid = validity_from_mask(block_mask, batch, q1 - q0, k_len,
                                                           k_len - q_len + q0)
-                stats.add_logits(self, scores, row_valid, key_valid, tau=tau)
+                stats.add_logits(self, scores, row_valid, key_valid, tau=1.0 if row_rule else tau)
+            if row_rule:
+                scores = temper(scores, tau, block_mask, torch.arange(k_len - q_len + q0, k_len - q_len + q1,
+                                                                      device=scores.device), k_len, causal=True)
             if block_mask is not None:
                 scores = scores + block_mask
             probs = F.softmax(scores, dim=-1, dtype=torch.float32)

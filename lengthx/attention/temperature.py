@@ -24,6 +24,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, bidirectional_mask_function, sdpa_mask
 
+from lengthx.attention.scaling import RowScale, temper
 from lengthx.attention.stats import STATS_ATTR, AttentionStats
 
 ATTN_NAME = "lengthx"
@@ -68,8 +69,14 @@ class AttentionCall:
     scaling: float | None = None
     dropout: float = 0.0
     position_bias: Any = None
-    tau: float = 1.0
+    tau: float | RowScale = 1.0
     stats: AttentionStats | None = None
+
+
+def module_tau(module: torch.nn.Module) -> float | RowScale:
+    """The τ a module carries: one number (default 1) or a per-row rule (:class:`~lengthx.attention.scaling.RowScale`)."""
+    tau = getattr(module, TAU_ATTR, 1.0)
+    return tau if isinstance(tau, RowScale) else float(tau)
 
 
 def temperature_attention(
@@ -85,12 +92,13 @@ def temperature_attention(
 ) -> tuple[torch.Tensor, None]:
     """Attention with softmax((QKᵀ·scaling + bias)/τ + mask); the ``AttentionInterface`` entry of lengthx.
 
-    τ is ``module.lengthx_tau`` (default 1). When ``module.lengthx_stats`` holds an
+    τ is ``module.lengthx_tau`` (default 1), or a per-row rule whose τ depends on the keys each query row
+    sees (:class:`~lengthx.attention.scaling.RowScale`: logn, SSMax). When ``module.lengthx_stats`` holds an
     :class:`~lengthx.attention.stats.AttentionStats`, P_max and entropy of every valid query row are
     accumulated from the same scores (Algorithm 1's FindS), block by block over queries.
     """
     call = AttentionCall(module, query, key, value, attention_mask, scaling, dropout, position_bias,
-                         tau=float(getattr(module, TAU_ATTR, 1.0)), stats=getattr(module, STATS_ATTR, None))
+                         tau=module_tau(module), stats=getattr(module, STATS_ATTR, None))
     stats = call.stats
     if stats is not None and stats.row_stride > 1 and not stats.wants_logits(module):
         sampled_statistics(call)
@@ -102,23 +110,28 @@ def _attend(call: AttentionCall, **kwargs) -> tuple[torch.Tensor, None]:
     """The attention output at ``call.tau``, feeding ``call.stats`` (if any) from every query row."""
     module, query, key, value, tau, stats = call.module, call.query, call.key, call.value, call.tau, call.stats
     position_bias, scaling = call.position_bias, call.scaling
+    row_rule = isinstance(tau, RowScale)
     if getattr(position_bias, "lengthx_efficient", False):  # T5 offset table (lengthx.attention.t5_bias)
+        if row_rule:
+            raise ValueError(f"the per-row rule {tau.label} is not implemented in T5's offset-table attention; "
+                             "use attention.efficient=never")
         return position_bias.attend(call), None
-    if tau == 1.0 and stats is None:
+    if not row_rule and tau == 1.0 and stats is None:
         return sdpa_attention_forward(
             module, query, key, value, call.attention_mask, dropout=call.dropout, scaling=scaling,
             position_bias=position_bias, **kwargs,
         )
-    if tau <= 0:
+    if not row_rule and tau <= 0:
         raise ValueError(f"temperature must be positive, got τ={tau} on {type(module).__name__}")
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
+    causal = bool(getattr(module, "is_causal", False))
     groups = query.shape[1] // key.shape[1]
     if groups > 1:  # grouped-query attention (LLaMA-style): repeat K/V heads
         key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
     q_len, k_len = query.shape[-2], key.shape[-2]
     mask = _to_additive(call.attention_mask, query.dtype)
-    if mask is None and getattr(module, "is_causal", False) and q_len > 1:
+    if mask is None and causal and q_len > 1:
         mask = _causal_additive(q_len, k_len, query.dtype, query.device)
     key_t = key.transpose(-1, -2)
     want_logits = stats is not None and stats.wants_logits(module)
@@ -136,7 +149,8 @@ def _attend(call: AttentionCall, **kwargs) -> tuple[torch.Tensor, None]:
             row_valid, key_valid = validity_from_mask(block_mask, scores.shape[0], q1 - q0, k_len,
                                                       k_len - q_len + q0)
             stats.add_logits(module, scores, row_valid, key_valid, tau=1.0)
-        scores = scores / tau
+        scores = temper(scores, tau, block_mask, torch.arange(k_len - q_len + q0, k_len - q_len + q1,
+                                                              device=query.device), k_len, causal)
         if block_mask is not None:
             scores = scores + block_mask
         probs = torch.softmax(scores.float(), dim=-1)
@@ -166,16 +180,17 @@ def sampled_statistics(call: AttentionCall) -> None:
         scores = scores + position_bias.table.to(scores)[:, k - rows[:, None] + q_len - 1][None]
     elif position_bias is not None:
         scores = scores + (position_bias if position_bias.shape[-2] == 1 else position_bias[..., rows, :])
-    scores = scores / call.tau
     mask = _to_additive(call.attention_mask, scores.dtype)
     own_key = rows + (k_len - q_len)  # each row's own position among the keys
+    causal = bool(getattr(module, "is_causal", False))
+    mask_rows = None if mask is None else (mask if mask.shape[-2] == 1 else mask[..., rows, :])
+    scores = temper(scores, call.tau, mask_rows, own_key, k_len, causal)
     if mask is None:
         valid = torch.ones(scores.shape[0], rows.numel(), dtype=torch.bool, device=query.device)
-        if getattr(module, "is_causal", False) and q_len > 1:
+        if causal and q_len > 1:
             future = torch.arange(k_len, device=query.device)[None, :] > own_key[:, None]
             scores = scores.masked_fill(future, torch.finfo(scores.dtype).min)
     else:
-        mask_rows = mask if mask.shape[-2] == 1 else mask[..., rows, :]
         scores = scores + mask_rows
         diag = mask_rows[:, 0, torch.arange(rows.numel()) if mask_rows.shape[-2] > 1 else 0, own_key]
         valid = diag > torch.finfo(mask_rows.dtype).min / 2
@@ -214,8 +229,13 @@ def register() -> None:
     AttentionMaskInterface.register(ATTN_NAME, lengthx_mask)
 
 
-def set_temperature(modules: Sequence[torch.nn.Module], tau: float | Sequence[float]) -> None:
-    """Give each attention module its τ: one value for all, or one per module (per-layer alignment)."""
+def set_temperature(modules: Sequence[torch.nn.Module], tau: float | Sequence[float] | RowScale) -> None:
+    """Give each attention module its τ: one value for all, one per module (per-layer alignment), or one
+    per-row rule for all (:class:`~lengthx.attention.scaling.RowScale`)."""
+    if isinstance(tau, RowScale):
+        for module in modules:
+            setattr(module, TAU_ATTR, tau)
+        return
     taus = [float(tau)] * len(modules) if isinstance(tau, (int, float)) else [float(t) for t in tau]
     if len(taus) != len(modules):
         raise ValueError(f"got {len(taus)} temperatures for {len(modules)} attention modules")

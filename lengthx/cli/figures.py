@@ -12,6 +12,7 @@ from lengthx.config import default_results_dir
 from lengthx.core.store import ResultsStore  # noqa: E402
 from lengthx.report.figures.paper_a import _save, figure1_bias, figure2_qq, temperature_figure
 from lengthx.report.figures.paper_b import figure2_ootb, figure3_medians  # noqa: E402
+from lengthx.report.figures.tau_vs_segmented import tau_vs_segmented_figure  # noqa: E402
 from lengthx.report.tables.render import latest_ok  # noqa: E402
 
 
@@ -36,8 +37,9 @@ def figures_main(argv: list[str]) -> None:
     if not df.empty:
         for (model, task), _ in df[df["method"] == "stats"].groupby(["model", "task"]):
             written += temperature_figure(df, model, task, out)
-    if not df.empty:  # paper B
+    if not df.empty:  # paper B, and temperature vs segmented training (beyond both papers)
         written += figure2_ootb(df, out, _save)
+        written += tau_vs_segmented_figure(df, out, _save)
     written += figure3_medians(root / "attention", out, _save)
     if not written:
         print(f"no figure inputs in {root}: run 'lengthx stats task=…' (and runs with method=pmax/entropy) first")

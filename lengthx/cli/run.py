@@ -75,7 +75,10 @@ def summary_line(s: dict) -> str:
     if "metric" not in s:
         return f"{s['cell']:48s} {s['status']}" + (" (already in results.csv)" if s["status"] == "done" else "")
     tau = s.get("tau")
-    tau_text = f"  τ={float(tau):.2f}" if tau not in (None, "") else ""
+    try:
+        tau_text = f"  τ={float(tau):.2f}" if tau not in (None, "") else ""
+    except (TypeError, ValueError):  # a per-row rule, by its label (lengthx.attention.scaling.RowScale)
+        tau_text = f"  τ={tau}"
     return f"{s['cell']:48s} {s['status']:5s} {s['metric']}={s['value']}{tau_text}  n={s.get('n', '')}"
 
 

@@ -24,7 +24,8 @@ from lengthx.tasks import TASKS, Setting, resolve_settings
 log = logging.getLogger("lengthx")
 
 
-TEMPERATURE_METHODS = ("none", "fixed", "log", "pmax", "entropy", "prop1", "prop2")
+# τ methods: paper A's, and the scaling rules of YaRN, LongRoPE, Qwen (logn) and SSMax (lengthx.attention.scaling)
+TEMPERATURE_METHODS = ("none", "fixed", "log", "pmax", "entropy", "prop1", "prop2", "yarn", "longrope", "logn", "ssmax")
 
 
 # methods a cell can run: temperatures, plus truncation (keep the last L_tr tokens; paper A Tables 6, 12-13)

@@ -8,6 +8,13 @@ interpolated to each length first (:class:`lengthx.segmented.lengths.LengthState
 ``task.run`` names a training run (``chunk-0.25-2x``); :func:`training_chain` is what it needs, in order: the
 OOTB run (one epoch of domain adaptation from the published checkpoint, paper B §4.3) and then the run itself,
 which starts from OOTB. Missing runs are trained first (``task.train_missing``).
+
+``method=`` adds a τ method (:data:`TAU_METHODS`) to every self-attention of the scored decoder, at each
+evaluation length L with L_tr = L_t (an extension beyond both papers, docs/design.md §5): the closed-form rules
+(log, YaRN, LongRoPE, logn, SSMax; :func:`lengthx.alignment.propositions.rule_temperature`) or Algorithm 1
+(pmax, entropy) calibrated on training-split sequences. Its id follows the checkpoint's label in the cell
+(:func:`cell_method`: ``ootb+yarn``); ``method=none`` cells keep the label alone, and with it their keys and
+hashes.
 """
 
 from __future__ import annotations
@@ -23,9 +30,14 @@ import torch
 from omegaconf import OmegaConf, open_dict
 from tqdm.auto import tqdm
 
+from lengthx.alignment.algorithm1 import CalibrationOptions, align_to, reference_statistic
+from lengthx.alignment.propositions import RULE_METHODS, rule_temperature
+from lengthx.attention.scaling import RowScale
+from lengthx.attention.temperature import clear_temperature, set_temperature
 from lengthx.config import CONF_DIR, choices
-from lengthx.core.cells import Cell, cell_hash
-from lengthx.core.store import ResultsStore, write_json
+from lengthx.core.cells import Cell, cell_hash, method_id
+from lengthx.core.runner import calibration_file
+from lengthx.core.store import ResultsStore, read_json, write_json
 from lengthx.core.sweep import row_fields, sweep
 from lengthx.data.corpora import corpus_label
 from lengthx.models.loading import load_model
@@ -46,6 +58,17 @@ from lengthx.tasks.segmented_ppl import (
 )
 
 log = logging.getLogger("lengthx")
+
+
+# τ methods task=segmented_ppl applies; Propositions 1-2 are left out: they assume every query row sees all L_ex
+# keys (an encoder), which the rows of a causal decoder do not
+TAU_METHODS = (*RULE_METHODS, "pmax", "entropy")
+
+
+def cell_method(label: str, method_cfg: Any) -> str:
+    """A cell's method id: the checkpoint's label (``ootb``, ``chunk-0.25@4L_t``), then ``+<τ method>``
+    (``ootb+yarn``, :func:`lengthx.core.cells.method_id`); ``method=none`` keeps the label alone."""
+    return label if method_cfg.name == "none" else f"{label}+{method_id(method_cfg)}"
 
 
 @dataclass(frozen=True)
@@ -218,10 +241,11 @@ class PerplexityJob:
     first_metric = METRICS[0]
 
     def __init__(self, cfg: Any, loaded: Any = None):
-        if cfg.method.name != "none":
+        if cfg.method.name not in TAU_METHODS:
             raise ValueError(
-                "task=segmented_ppl scores a model as it is: use method=none, and pick a trained "
-                "checkpoint with model.path=DIR (its training method is read from lengthx_train.json)"
+                f"task=segmented_ppl takes method= a τ method ({', '.join(TAU_METHODS)}), got "
+                f"method={cfg.method.name}; a trained checkpoint is picked with task.run=<run> (chunk-0.25-4x) "
+                "or model.path=DIR (its training method is read from lengthx_train.json)"
             )
         check_family(str(cfg.model.family))
         self.cfg, self.loaded = cfg, loaded
@@ -234,7 +258,7 @@ class PerplexityJob:
                 cfg.model.path = str(run_path(cfg, str(run)) / "final")
         self.task = build_task(cfg.task, profile, int(cfg.model.l_tr))
         self.l_t = int(self.task.l_t)
-        self.method = str(cfg.task.get("method_label") or method_label(cfg.model, self.l_t))
+        self.method = cell_method(str(cfg.task.get("method_label") or method_label(cfg.model, self.l_t)), cfg.method)
         self.fingerprint = checkpoint_fingerprint(cfg.model)
         n = cfg.task.get("num_examples") or cfg.profile.get("num_examples") or cfg.task.get("paper_num_examples")
         self.n = int(n) if n else None
@@ -266,15 +290,61 @@ class PerplexityJob:
 
     def compute(self, cell: Cell, chash: str, start: float) -> list[dict[str, Any]]:
         loaded = self.model()
-        res = score_cell(loaded, self.task, cell.setting, self.store, cell.key, self.n,
-                         int(self.cfg.get("batch_size") or 1), self.lengths, chash)
+        tau = self.temperature(cell, chash)
+        modules = loaded.family.temperature_modules(loaded.model, str(self.cfg.method.scope)) if tau != 1.0 else []
+        set_temperature(modules, tau)
+        try:
+            res = score_cell(loaded, self.task, cell.setting, self.store, cell.key, self.n,
+                             int(self.cfg.get("batch_size") or 1), self.lengths, chash)
+        finally:
+            clear_temperature(modules)
         fields = self.row_fields(cell, chash, start)
-        return [{**fields, "metric": m, "value": round(res[m], 4), "n": res["n"], "status": "ok",
+        tau_text = tau.label if isinstance(tau, RowScale) else tau
+        return [{**fields, "metric": m, "value": round(res[m], 4), "n": res["n"], "status": "ok", "tau": tau_text,
                  "message": res["note"]} for m in METRICS]
+
+    def temperature(self, cell: Cell, chash: str) -> float | RowScale:
+        """τ of ``method`` at the cell's length L with L_tr = L_t: a closed-form rule, or Algorithm 1."""
+        if self.cfg.method.name in RULE_METHODS:
+            return rule_temperature(self.cfg.method, cell.setting.value, self.l_t)
+        if cell.setting.value <= self.l_t:  # Algorithm 1 at L_t aligns L_t with itself: τ = 1
+            return 1.0
+        return self.aligned_temperature(cell, chash)
+
+    def aligned_temperature(self, cell: Cell, chash: str) -> float:
+        """Algorithm 1 (paper A §4) on the decoder: S̄ over every self-attention layer, head and (every
+        ``calibration.row_stride``-th) query row of ``calibration.num_examples`` training-split sequences, never
+        scored; S̄_tr(1) at L_t, τ from the grid at L. Cached in ``calibration/`` under the cell's hash."""
+        m, cal = self.cfg.method, self.cfg.calibration
+        path = calibration_file(Path(self.cfg.results_dir), cell, m, {"cell_hash": chash})
+        cached = read_json(path, required=("tau",))
+        if cached is not None:
+            return float(cached["tau"])
+        loaded, n = self.model(), int(cal.num_examples)
+        options = CalibrationOptions(str(m.name), str(m.scope), str(m.get("search") or "grid"),
+                                     int(cal.get("row_stride", 1)))
+
+        def batches(length: int) -> list[dict[str, torch.Tensor]]:
+            self.lengths.set_length(loaded.model, length)  # GPT-2: its APE table at this length
+            seqs = self.task.sequences(loaded.tokenizer, length, n, split="train")[:n]
+            return [{"input_ids": ids[None].to(loaded.device), "attention_mask": torch.ones_like(ids[None]).to(
+                loaded.device)} for _, ids in seqs]
+
+        target = reference_statistic(loaded, batches(self.l_t), options)
+        result = align_to(loaded, batches(cell.setting.value), target, options)
+        write_json(path, {"cell": cell.key, "cell_hash": chash, "tau": result.tau, "target": result.target,
+                          "evaluated": {str(k): v for k, v in result.evaluated.items()},
+                          "forward_passes": result.forward_passes})
+        log.info("%s: τ=%s (%d forward passes)", cell.key, result.tau, result.forward_passes)
+        return result.tau
 
     def attention_medians(self) -> None:
         """Figure 3's data (``task.attention_medians`` sequences), again when the scored weights changed."""
         k = int(self.cfg.task.get("attention_medians") or 0)
+        if k > 0 and self.cfg.method.name != "none":  # the histogram runs stock eager attention, without τ
+            log.info("Figure 3's attention medians are of the model without τ: not drawn for method=%s",
+                     self.cfg.method.name)
+            return
         hist_file = Path(self.cfg.results_dir) / "attention" / f"{self.cfg.model.name}__{self.method}.json"
         if k <= 0 or (hist_file.is_file()
                       and json.loads(hist_file.read_text()).get("fingerprint") == self.fingerprint):
@@ -294,7 +364,8 @@ def planned_runs(cfg: Any) -> tuple[list[str], list[Cell]]:
              f"{step.command}" for step in training_chain(cfg)]
     l_t = int(cfg.task.get("l_t") or cfg.model.l_tr)
     label = cfg.task.get("method_label") or run_method_label(str(cfg.task.get("run") or segmented_plan.PRETRAINED))
-    return lines, [Cell(str(cfg.model.name), str(label), TASK_NAME, s) for s in resolve_settings(cfg.task, l_t)]
+    label = cell_method(str(label), cfg.method)
+    return lines, [Cell(str(cfg.model.name), label, TASK_NAME, s) for s in resolve_settings(cfg.task, l_t)]
 
 
 def run_task(cfg: Any, loaded: Any = None) -> list[dict[str, Any]]:

@@ -19,7 +19,8 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from lengthx.alignment.algorithm1 import CalibrationOptions, calibrate, calibrate_per_layer
-from lengthx.alignment.propositions import closed_form_temperature, log_temperature
+from lengthx.alignment.propositions import RULE_METHODS, closed_form_temperature, rule_temperature
+from lengthx.attention.scaling import ROW_RULES, RowScale
 from lengthx.attention.temperature import clear_temperature, set_temperature
 from lengthx.core.cells import RUNNABLE_METHODS, Cell, cell_hash, method_id, model_identity
 from lengthx.core.store import (
@@ -29,6 +30,7 @@ from lengthx.core.store import (
     write_json,
 )
 from lengthx.core.sweep import row_fields, sweep
+from lengthx.models.families import get_family
 from lengthx.models.generation import chat_prompt, encode, generate
 from lengthx.models.loading import LoadedModel, load_model, model_fingerprint
 from lengthx.tasks import Example, Setting, build_task, resolve_settings
@@ -56,6 +58,10 @@ class Runner:
         if self.method.name not in RUNNABLE_METHODS:
             raise ValueError(f"method {self.method.name!r} is not runnable by lengthx run; runnable: "
                              f"{', '.join(RUNNABLE_METHODS)}")
+        if self.method.name in ROW_RULES and get_family(str(cfg.model.family)).encoder_decoder:
+            raise ValueError(f"method={self.method.name} scales each query row by the keys it sees (causal "
+                             "decoders: Qwen's logn, SSMax); in T5's encoder every row sees all L_ex keys and "
+                             "both reduce to the log rule: use method=log")
         self._loaded = loaded
         self.weights = model_fingerprint(cfg.model.get("path"))  # part of every cell's and τ cache's key
         self._evaluation: tuple[tuple[str, int, str], list[Example]] | None = None  # the last setting's examples
@@ -169,20 +175,18 @@ class Runner:
                              "evaluation examples; change calibration.seed_offset")
         return examples
 
-    def temperature(self, cell: Cell, examples: list[Example]) -> float | list[float]:
+    def temperature(self, cell: Cell, examples: list[Example]) -> float | list[float] | RowScale:
         """τ of the method for this setting (1 for ``none``); Algorithm 1 goes through the cache.
 
-        Per-layer alignment returns one τ per attention module."""
+        Per-layer alignment returns one τ per attention module; logn and SSMax one rule for every query row."""
         name, l_tr = self.method.name, self.loaded.l_tr
         l_ex = sum(e.actual_tokens for e in examples) / len(examples)
-        if name in ("none", "truncation"):
+        if name == "truncation":
             return 1.0
-        if name == "fixed":
-            return float(self.method.tau)
-        if name == "log":  # task.log_l_ex: the measured mean length, or the setting's value (a bucket's lower bound)
+        if name in RULE_METHODS:  # task.log_l_ex: the measured mean length, or the setting's value (a bucket's lower bound)
             if self.cfg.task.get("log_l_ex", "actual") == "setting":
                 l_ex = cell.setting.value
-            return log_temperature(l_ex, l_tr)
+            return rule_temperature(self.method, l_ex, l_tr)
         return self.aligned_temperature(cell)
 
     def aligned_temperature(self, cell: Cell) -> float | list[float]:
@@ -291,6 +295,9 @@ class Runner:
         modules = self.loaded.family.temperature_modules(self.loaded.model, self.method.scope) \
             if tau != 1.0 else []
         tau_text = ";".join(f"{t:g}" for t in tau) if isinstance(tau, list) else tau
+        tau_record = tau  # as records hold it (JSON): a per-row rule by its label, the τ metric that of the last row
+        if isinstance(tau, RowScale):
+            tau_text = tau_record = tau.label
         set_temperature(modules, tau)
         scores: list[dict[str, float]] = []
         metric0 = self.task.metrics[0]
@@ -301,7 +308,7 @@ class Runner:
             todo = []
             for ex in examples:
                 rec = done.get(ex.id)
-                if (rec is not None and rec.get("prompt_hash") == ex.prompt_hash and rec.get("tau") == tau
+                if (rec is not None and rec.get("prompt_hash") == ex.prompt_hash and rec.get("tau") == tau_record
                         and rec.get("config_hash") == chash):  # same prompt, τ and cell configuration
                     scores.append(rec["scores"])
                     bar.update(1)
@@ -319,7 +326,7 @@ class Runner:
                 for ex, output, sc in zip(chunk, outputs, chunk_scores, strict=True):
                     self.store.append_record(cell.key, {
                         "id": ex.id, "prompt_hash": ex.prompt_hash, "config_hash": chash, "target": ex.target,
-                        "output": output, "scores": sc, "tau": tau, "requested_tokens": ex.requested_tokens,
+                        "output": output, "scores": sc, "tau": tau_record, "requested_tokens": ex.requested_tokens,
                         "actual_tokens": ex.actual_tokens, "meta": ex.meta})
                     scores.append(sc)
                 bar.update(len(chunk))
@@ -335,4 +342,6 @@ class Runner:
                 for m in self.task.metrics]
         # τ as a metric too, so the temperature tables (paper A Tables 8-11) render from the same CSV
         mean_tau = sum(tau) / len(tau) if isinstance(tau, list) else tau
+        if isinstance(tau, RowScale):
+            mean_tau = tau.tau(round(base["L_ex"]))
         return rows + [{**base, "metric": "tau", "value": round(mean_tau, 4)}]

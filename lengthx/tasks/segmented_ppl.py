@@ -109,8 +109,10 @@ class SegmentedPPLTask:
         text_factor = self.cfg.get("text_factor")
         self.ref_length = int(round(float(text_factor) * self.l_t)) if text_factor else None
 
-    def sequences(self, tokenizer: Any, length: int, n: int | None) -> list[tuple[str, torch.Tensor]]:
-        """The first ``n`` (all when None) held-out ``length``-token sequences, in a fixed order.
+    def sequences(self, tokenizer: Any, length: int, n: int | None,
+                  split: str | None = None) -> list[tuple[str, torch.Tensor]]:
+        """The first ``n`` (all when None) held-out ``length``-token sequences, in a fixed order (``split``:
+        another split than ``task.split``, e.g. ``train`` for calibration sequences that are never scored).
 
         With ``ref_length`` (``task.text_factor`` × L_t) every length scores the same text instead: ``n``
         held-out ``ref_length``-token pieces drawn at random (seeded by ``task.seed``), each cut into
@@ -122,11 +124,11 @@ class SegmentedPPLTask:
         if self.ref_length and self.ref_length > length:
             return [
                 (f"{sid}/{j}", ids[j * length : (j + 1) * length])
-                for sid, ids in self.sequences(tokenizer, self.ref_length, n)
+                for sid, ids in self.sequences(tokenizer, self.ref_length, n, split)
                 for j in range(self.ref_length // length)
             ]
         pieces = piece_dataset(
-            self.cfg.data, tokenizer, str(self.cfg.get("split") or "test"), length, self.profile
+            self.cfg.data, tokenizer, str(split or self.cfg.get("split") or "test"), length, self.profile
         )
         if self.ref_length and n is not None and int(n) < len(pieces):
             pick = torch.randperm(len(pieces), generator=torch.Generator().manual_seed(int(self.cfg.get("seed", 0))))

@@ -117,6 +117,9 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
     With ``store`` (the results' directory) a spec with ``intervals`` shows each cell's 95% interval from its
     records, and the Markdown gains a table of paired differences to τ = 1."""
     ok = latest_ok(df)
+    notes: list[str] = []
+    if spec.derive is not None and not ok.empty:
+        ok, notes = spec.derive(ok)
     intervals = table_intervals(store, ok, spec.tasks, {c.metric for c in spec.columns}) \
         if spec.intervals and store is not None else {}
     paired: list[tuple[str, list[str], bool]] = []
@@ -156,7 +159,7 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
                 label, is_model = row.label, False
             else:
                 is_model = first_is_model and method == spec.methods[0]
-                label = display if is_model else METHOD_LABELS.get(method, f"w/ {method}")
+                label = display if is_model else dict(spec.labels).get(method) or METHOD_LABELS.get(method, f"w/ {method}")
             group_rows.append((len(body), vals))
             cells = _cells(spec, vals, published, role, method, row, compare_paper)
             if intervals:
@@ -181,14 +184,17 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
     if paired:
         title = "Paired difference to τ = 1 on the same examples (mean, 95% bootstrap interval)"
         markdown += "\n" + _markdown(spec, groups, headers, paired).replace(spec.title, title, 1)
+    derived = f"{spec.derive_title}: {'; '.join(notes)}." if notes else ""
+    if derived:
+        markdown += f"\n{derived}\n"
     if compare_paper:
         note = "; ".join(compared)
         markdown += (f"\nOur value, then the published one in parentheses (– where ours is missing)"
                      f"{'; ' + note if note else ''}.\n")
-    notes = table_notes(spec, ok[ok["model"].isin(models)] if not ok.empty else ok)
-    if notes:
-        markdown += "\n" + "\n\n".join(notes) + "\n"
-    return Rendered(_latex(spec, groups, headers, body, notes), markdown, missing)
+    data_notes = table_notes(spec, ok[ok["model"].isin(models)] if not ok.empty else ok)
+    if data_notes:
+        markdown += "\n" + "\n\n".join(data_notes) + "\n"
+    return Rendered(_latex(spec, groups, headers, body, [n for n in (derived, *data_notes) if n]), markdown, missing)
 
 
 def table_notes(spec: TableSpec, rows: pd.DataFrame) -> list[str]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 # method id → row label; and the labels the papers' CSVs use for the same rows
 METHOD_LABELS = {"pmax": r"w/ $P_{\max}$", "entropy": "w/ $H$", "log": r"w/ $\log_{L_{ex}} L_{tr}$",
@@ -67,6 +69,8 @@ class TableSpec:
     ``paper_columns``: the published column each of ours is compared with, where the paper prints one number
     for several of our columns (paper A Table 10: one τ per document count, ours per calibrated gold position);
     ``None`` = the same position.
+    ``labels`` name rows beyond :data:`METHOD_LABELS`; ``derive`` adds rows computed from the others (and notes
+    on how) before the table is filled (the extension table: the best τ rule of each model, chosen on OOTB).
     ``paper_reference``: for ``--compare-paper``, the published model a stand-in (a model config with a
     ``paper_role``, e.g. mini-t5 for Flan-T5-XL) is set beside when the table has no row for its role
     (Table 3 has T5-LM models only, Tables 6/11-13 CodeT5+ only).
@@ -95,6 +99,11 @@ class TableSpec:
     extra_methods: bool = True  # also a row for methods the results hold beyond ``methods`` (False: exactly those)
     intervals: bool = False  # 95% bootstrap interval beside each cell, paired differences to τ = 1 below (intervals.py)
     paper_columns: tuple[int, ...] | None = None  # published column of each of ours (None: the same position)
+
+    labels: tuple[tuple[str, str], ...] = ()  # (method, row label) pairs before METHOD_LABELS
+    # derived rows: (newest ok rows) → (those rows plus derived ones, notes printed under the table after derive_title)
+    derive: Callable[[Any], tuple[Any, list[str]]] | None = None
+    derive_title: str = ""
 
     def paper_column(self, j: int) -> int:
         """The published column our column ``j`` is compared with (an "Avg." column keeps its position)."""
