@@ -100,6 +100,7 @@ reproduce-mini-a: install
 
 reproduce-mini-b: install
 	$(call SB_RECIPE,mini,$(SB_DRY_RUN))
+	$(LX) run -m experiment=ext_tau_vs_segmented $(SB_DRY_RUN)   # beyond both papers: τ rules vs segmented training
 
 # then every table (plain and beside the paper), the figures, and the README's result blocks from them
 reproduce-mini: reproduce-mini-a reproduce-mini-b
