@@ -76,6 +76,8 @@ $(LX) run -m experiment=aa_table6 task.num_examples=$(AA_CODE_EXAMPLES) $(AA_LM_
 $(LX) run -m experiment=aa_code_key task.num_examples=$(AA_CODE_EXAMPLES) $(AA_LM_ARGS) $(AA_DRY_RUN)
 $(LX) run -m experiment=aa_table3 method=prop1,prop2 task.num_examples=$(AA_LM_EXAMPLES) $(AA_LM_ARGS) $(AA_DRY_RUN)
 $(LX) run -m experiment=aa_table3 method=pmax,entropy ++method.per_layer=true ++method.search=bisect task.num_examples=$(AA_LM_EXAMPLES) $(AA_LM_ARGS) $(AA_DRY_RUN)
+$(LX) run -m experiment=aa_table3 method=yarn,longrope task.num_examples=$(AA_LM_EXAMPLES) $(AA_LM_ARGS) $(AA_DRY_RUN)
+$(LX) run -m experiment=aa_table4 task=passkey method=yarn,longrope $(call aa_only,20k$(,)55k) $(AA_MINI_ARGS) $(AA_DRY_RUN)
 endef
 
 # Paper B: one experiment per table (lengthx/conf/experiment/sb_table*.yaml): each job scores one training run
