@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
             plan_command(rest)
         elif cmd == "calibrate":
             hydra_entry(calibrate_command, rest, "lengthx calibrate")
-        elif cmd == "train":  # paper B; validated against conf/train by train_main itself
+        elif cmd == "train":  # paper B; train_main validates its own overrides (train.yaml)
             from lengthx.cli.train import train_main
 
             train_main(rest)

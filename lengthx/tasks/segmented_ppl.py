@@ -10,11 +10,11 @@ Settings are multiples of the model's L_t (``task.factors``; labels ``L_t``, ``2
 (GPT-2) evaluated beyond its table is linearly interpolated to the evaluation length first (§3.2, the
 out-of-the-box extension of §5.1), always from the checkpoint's own table. RoPE and ALiBi need nothing.
 
-Method ids in results: a stock model is ``ootb``; a checkpoint written by ``lengthx train`` carries its
+Method ids in results: a published checkpoint is ``pretrained``; a checkpoint written by ``lengthx train`` carries its
 training label (``lengthx_train.json``), suffixed ``@<β>L_t`` when it was trained to L_e = βL_t > L_t
 (``chunk-0.25@4L_t``), so Table 3's "chunk-0.25, 4L_t" cell is the 4L_t-trained model at 4L_t.
 ``task.method_label=`` overrides the id. Paper B's OOTB models are the checkpoints after one epoch of domain
-adaptation (§4.3): ``lengthx train method=da label=ootb``; a stock model is also reported as ``ootb``.
+adaptation (§4.3): ``lengthx train method=ootb`` (``ootb``); every other method starts from them.
 """
 
 from __future__ import annotations
