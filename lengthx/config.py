@@ -58,10 +58,9 @@ COMMAND_GROUPS = {"run": GROUPS, "train": ("model", "method", "data", "profile")
 
 
 def _kind(path: Path) -> str:
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.startswith("kind:"):
-            return line.split(":", 1)[1].split("#", 1)[0].strip()
-    return "temperature"
+    from omegaconf import OmegaConf
+
+    return str(OmegaConf.load(path).get("kind") or "temperature")
 
 
 def choices(group: str, command: str | None = None) -> list[str]:
