@@ -39,6 +39,13 @@ def _limit_memory() -> None:  # a runaway allocation fails fast instead of swapp
     resource.setrlimit(resource.RLIMIT_AS, (12 << 30, 12 << 30))
 
 
+def _as_at_a_terminal() -> None:
+    """A shell that starts a job in the background (CI runners, ``make test &``) leaves SIGINT ignored, and
+    the CLI inherits that; a user pressing Ctrl-C at a terminal has the default disposition."""
+    _limit_memory()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "LENGTHX_DEBUG"}
     return {**env, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", **extra}
@@ -382,13 +389,14 @@ def test_ctrl_c_keeps_finished_examples_and_says_how_to_resume(tiny_model_dir, t
     n = 60  # long enough (two cells of 60) that the interrupt lands mid-run on a fast or a loaded machine
     args = _args(tiny_model_dir, res, n=n)
     proc = subprocess.Popen(LENGTHX + args, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=_limit_memory)
+                            preexec_fn=_as_at_a_terminal)
     deadline = time.time() + 180
     while time.time() < deadline:  # interrupt once the run has some, not all, of its examples
         files = sorted((res / "records").glob("*.jsonl")) if (res / "records").exists() else []
         if 2 <= sum(len(f.read_bytes().splitlines()) for f in files) < 2 * n:
             break
         time.sleep(0.05)
+    assert proc.poll() is None and time.time() < deadline, "the run ended before it could be interrupted"
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     kept = sum(len(p.read_bytes().splitlines()) for p in (res / "records").glob("*.jsonl"))
