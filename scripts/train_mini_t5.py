@@ -1,47 +1,49 @@
 #!/usr/bin/env python
-"""Train mini-t5: a small T5 (learned relative position buckets) that retrieves at its training length.
+"""Train mini-t5: a small T5 (learned relative position buckets) that retrieves by key at its training length.
 
-docs/design.md §4: paper A's phenomenon only means something on a T5 that solves passkey and line
-retrieval at L_tr. This script trains one from scratch, offline, on a mixture of
+Paper A's largest effects are on retrieval (§5.2, Table 4): LongEval lines and topics, passkey. Its phenomenon
+only shows on a T5 that solves them at L_tr, so this script trains one from scratch, offline:
 
-* passkey prompts (``lengthx.tasks.passkey``, Landmark Attention format) of about 55..L_tr tokens,
-* LongEval lines prompts (``lengthx.tasks.lines``, docs/design.md §10) with as many lines as fit in L_tr tokens,
-* a prefix-LM objective on the Python standard library's own source (encoder: a prefix, decoder: the
-  next ``--lm-target`` tokens), so the model is also a small T5-LM,
+* **Data.** Examples are built as token-id tensors on the training device (``lengthx.tasks.token_ids``):
+  the exact prompts of ``lengthx.tasks.passkey`` / ``lines`` / ``topics`` for draws made with tensor
+  operations, no text and no tokenizer in the loop. Each batch mixes the tasks in fixed shares.
+* **Curriculum with gates.** Lines records start with 1 line (the model learns to copy a number) and get
+  one more line only when the teacher-forced exact match of the examples with the current number of lines
+  reaches ``--gate`` over the last ``--gate-window`` of them; half of each lines share has exactly the
+  current count, the other half 1..count. After the last count that fits L_tr comes the full stage: as many
+  lines as fit. The 2-line stage is the go/no-go gate: passing it means the model matches the asked index
+  against the record's indices (50% is what copying a random line of two gives). If the gate has not passed
+  after ``--gate-minutes`` of training, training stops (NO-GO) and the curve says so.
+* **Curve.** Every ``--log-every`` steps ``curve.json`` gets the loss and teacher-forced EM per task, the EM
+  per number of lines, the stage and the throughput; every ``--eval-every`` steps, greedy-decoding EM on
+  held-out examples built by the harness's own task classes at L_tr (the model card's protocol).
+* **Resumable.** ``--out`` holds ``state.pt`` (model, optimizer, curriculum, generator state, curve); rerun
+  the same command to continue. Training is time-boxed (``--max-minutes``, cumulative over resumes) and
+  step-boxed; the learning rate warms up, stays flat and decays linearly over the last ``--decay-frac``.
+* **Export.** ``--export DIR`` writes fp16 safetensors, the tokenizer, the model card (README.md) and
+  ``curve.json`` (the final held-out EM at each ``--final-lengths``, measured on the exported weights).
 
-all generated on the fly in DataLoader workers. The tokenizer (``lengthx.data.tokenizers``) keeps numbers
-in pieces of at most three digits, which the decoder copies far more easily than single digits.
+On a GPU (bf16 autocast, TF32, optional ``--compile``):
 
-Runs on CPU or GPU (bf16 autocast and TF32 there). Training is time-boxed (``--max-minutes``, cumulative
-over resumes) and step-boxed (``--max-steps``); the learning rate warms up, stays flat and decays linearly
-over the last ``--decay-frac`` of whichever box binds first. ``--out`` holds ``state.pt`` (model, optimizer,
-step, curve), ``curve.json`` and ``export/`` (fp16 safetensors + tokenizer + model card); rerunning the
-same command resumes from ``state.pt``. ``--init-from DIR`` warm-starts from exported weights instead.
+    python scripts/train_mini_t5.py --out runs/mini-t5 --max-minutes 20 --batch-size 512 \\
+        --export lengthx/checkpoints/mini-t5
 
-Example (the command used for the shipped checkpoint is in its model card):
-
-    python scripts/train_mini_t5.py --out runs/mini-t5 --tokenizer lengthx/checkpoints/mini-t5 \\
-        --max-minutes 18 --batch-size 256 --export lengthx/checkpoints/mini-t5
+A CPU smoke run: ``--device cpu --d-model 64 --enc-layers 2 --dec-layers 1 --max-steps 20 --batch-size 8``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
-import random
-import re
 import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
@@ -51,251 +53,115 @@ if str(ROOT) not in sys.path:
 
 from transformers import AutoTokenizer, PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration  # noqa: E402
 
-from lengthx.data.corpora import stdlib_files  # noqa: E402
-from lengthx.data.fitting import bisect_largest  # noqa: E402
-from lengthx.data.tokenizers import digit_pieces, is_single_token, train_tokenizer  # noqa: E402
-from lengthx.tasks.lines import LinesCase, fit_lines_case, line_index_vocabulary, lines_case  # noqa: E402
-from lengthx.tasks.passkey import case_prompt, passkey_cases, passkey_prompt  # noqa: E402
+from lengthx.tasks.base import Setting  # noqa: E402
+from lengthx.tasks.lines import LinesTask  # noqa: E402
+from lengthx.tasks.passkey import PasskeyTask  # noqa: E402
+from lengthx.tasks.token_ids import IGNORE, IdBatch, LinesIds, PasskeyIds, TopicsIds  # noqa: E402
+from lengthx.tasks.topics import TopicsTask  # noqa: E402
 
-TASKS = ("passkey", "lines", "lm")
-_INT = re.compile(r"\d+")
+TASKS = ("passkey", "lines", "topics")
+EVAL_TASKS = {"passkey": PasskeyTask, "lines": LinesTask, "topics": TopicsTask}
+MAX_NEW = {"passkey": 8, "lines": 8, "topics": 24}
 
 
-# ----------------------------------------------------------------------------------------------- helpers
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def first_int(text: str) -> int | None:
-    found = _INT.findall(text)
-    return int(found[0]) if found else None
-
-
-def last_int(text: str) -> int | None:
-    found = _INT.findall(text)
-    return int(found[-1]) if found else None
-
-
-
-
-def read_text(path: Path) -> str:
-    return path.read_text(encoding="utf-8", errors="replace")
-
-
-# ------------------------------------------------------------------------------------------- tokenizer
-def tokenizer_corpus(seed: int, n_passkey: int = 2000, n_lines: int = 4000) -> Iterator[str]:
-    """Training text of the tokenizer: generated task prompts (many lines, to cover the index words) and
-    the standard library's source."""
-    rng = random.Random(f"tokenizer:{seed}")
-    for _ in range(n_passkey):
-        g = rng.randint(0, 2000)
-        yield passkey_prompt(rng.randint(1, 50000), g, rng.randint(0, g))
-    for _ in range(n_lines):
-        yield lines_case(rng.randint(1, 30), rng).prompt
-    for path in stdlib_files(rule="no-tests"):
-        yield read_text(path)
-
-
-def get_tokenizer(path: Path, vocab_size: int, seed: int) -> PreTrainedTokenizerFast:
-    """Load the tokenizer saved in ``path``, or train one (see ``tokenizer_corpus``) and save it there."""
-    if (path / "tokenizer.json").exists():
-        return AutoTokenizer.from_pretrained(str(path))
-    log(f"training a {vocab_size}-piece tokenizer -> {path}")
-    tok = train_tokenizer(tokenizer_corpus(seed), vocab_size)
-    path.mkdir(parents=True, exist_ok=True)
-    tok.save_pretrained(str(path))
-    missing = [p for p in digit_pieces(3) if not is_single_token(tok, p)]
-    if missing:
-        raise RuntimeError(f"number pieces that are not single tokens: {missing[:10]}")
-    return AutoTokenizer.from_pretrained(str(path))
-
-
 # ------------------------------------------------------------------------------------------------ data
-def lm_stream(tok: PreTrainedTokenizerFast, max_tokens: int) -> np.ndarray:
-    """The standard library's source as one token stream (files separated by ``</s>``)."""
-    files = stdlib_files(rule="no-tests")
-    ids: list[np.ndarray] = []
-    total = 0
-    for i in range(0, len(files), 64):
-        texts = [read_text(p) for p in files[i : i + 64]]
-        for row in tok.backend_tokenizer.encode_batch(texts):
-            arr = np.asarray(row.ids, dtype=np.int32)
-            if len(arr):
-                ids.append(arr)
-                total += len(arr)
-        if total >= max_tokens:
-            break
-    return np.concatenate(ids)[:max_tokens]
+class Mixture:
+    """One training batch: fixed shares of passkey, lines (at the curriculum's line counts) and topics."""
 
+    def __init__(self, tok: PreTrainedTokenizerFast, args: argparse.Namespace, device: torch.device):
+        self.gens = {"passkey": PasskeyIds(tok, args.l_tr, device), "lines": LinesIds(tok, args.l_tr, device),
+                     "topics": TopicsIds(tok, args.l_tr, device)}
+        shares = {"passkey": args.w_passkey, "lines": args.w_lines, "topics": args.w_topics}
+        total = sum(shares.values())
+        self.sizes = {t: round(args.batch_size * w / total) for t, w in shares.items() if w > 0}
+        self.label_width = max(int((g.answers != IGNORE).sum(1).max()) for g in self.gens.values())
+        self.ramp_steps = args.ramp_steps
+        self.device = device
 
-class TaskSampler:
-    """Draws training examples of each task with its own ``random.Random``; all lengths <= ``l_tr``."""
-
-    def __init__(self, tok: PreTrainedTokenizerFast, args: argparse.Namespace, stream: np.ndarray, rng: random.Random):
-        self.tok = tok.backend_tokenizer
-        self.args = args
-        self.stream = stream
-        self.rng = rng
-        self.eos = tok.eos_token_id
-        self.g_max = max_garbage(tok, args.l_tr)
-        self.overhead = len(self.encode(lines_case(1, random.Random(0)).prompt)) - 17  # header + question
-        w = np.asarray([args.w_passkey, args.w_lines, args.w_lm], dtype=float)
-        self.weights = (w / w.sum()).tolist()
-
-    def encode(self, text: str) -> list[int]:
-        return self.tok.encode(text).ids  # </s> appended by the post-processor
-
-    def passkey(self, ramp: float) -> tuple[list[int], str]:
-        rng = self.rng
-        n_garbage = rng.randint(0, int(self.g_max * (0.25 + 0.75 * ramp)))
-        key = rng.randint(1, 50000)
-        ids = self.encode(passkey_prompt(key, n_garbage, rng.randint(0, n_garbage)))
-        while len(ids) > self.args.l_tr:  # rare: the filler cut fell unluckily
-            n_garbage = int(n_garbage * 0.95)
-            ids = self.encode(passkey_prompt(key, n_garbage, rng.randint(0, n_garbage)))
-        return ids, str(key)
-
-    def lines(self, ramp: float) -> tuple[list[int], str]:
-        """A share ``lines_full_frac`` of the records start with ``lines_max`` lines (then trimmed to fit, i.e.
-        full length), the rest with a uniform 1..``lines_max``; random non-asked lines are dropped until the
-        prompt fits L_tr."""
-        rng, a = self.rng, self.args
-        hi = max(2, round(2 + ramp * (a.lines_max - 2)))
-        case = lines_case(hi if rng.random() < a.lines_full_frac else rng.randint(1, hi), rng)
-        pairs, query = list(case.pairs), case.query_idx
-        ids = self.encode(case.prompt)
-        while len(ids) > a.l_tr:
-            # the asked line's rank among the kept lines stays uniform
-            per_line = max(8.0, (len(ids) - self.overhead) / len(pairs))
-            others = [i for i, (idx, _) in enumerate(pairs) if idx != query]
-            n_drop = min(len(others), max(1, math.ceil((len(ids) - a.l_tr) / per_line)))
-            drop = set(rng.sample(others, n_drop))
-            pairs = [p for i, p in enumerate(pairs) if i not in drop]
-            asked = next(i for i, (idx, _) in enumerate(pairs) if idx == query)
-            ids = self.encode(LinesCase(pairs=tuple(pairs), query=asked).prompt)
-        return ids, str(case.answer)
-
-    def lm(self) -> tuple[list[int], list[int]]:
-        rng, a = self.rng, self.args
-        start = rng.randrange(0, len(self.stream) - a.l_tr - a.lm_target - 1)
-        n_prefix = rng.randint(16, a.l_tr - 1)
-        src = self.stream[start : start + n_prefix].tolist() + [self.eos]
-        tgt = self.stream[start + n_prefix : start + n_prefix + a.lm_target].tolist()
-        return src, tgt
-
-    def batch(self, size: int, ramp: float) -> dict[str, torch.Tensor]:
-        a = self.args
-        kinds = self.rng.choices(range(3), weights=self.weights, k=size)
-        t_dec = max(a.lm_target, 8)
-        input_ids = torch.zeros(size, a.l_tr, dtype=torch.long)
-        attention = torch.zeros(size, a.l_tr, dtype=torch.long)
-        labels = torch.full((size, t_dec), -100, dtype=torch.long)
-        for i, k in enumerate(kinds):
-            if k == 2:
-                src, tgt = self.lm()
+    def batch(self, step: int, lines_count: int, gen: torch.Generator) -> tuple[IdBatch, torch.Tensor, torch.Tensor]:
+        """(batch, task index per example, lines kept per example (0 for other tasks))."""
+        ramp = 1.0 if self.ramp_steps <= 0 else min(1.0, (step + 1) / self.ramp_steps)
+        parts, task, n_lines = [], [], []
+        for t, size in self.sizes.items():
+            if t == "lines":
+                exact = torch.rand(size, generator=gen, device=self.device) < 0.5
+                below = torch.randint(1, lines_count + 1, (size,), generator=gen, device=self.device)
+                b = self.gens[t].sample(size, torch.where(exact, lines_count, below), gen)
+                n_lines.append(b.draw["n_lines"])
             else:
-                src, answer = self.passkey(ramp) if k == 0 else self.lines(ramp)
-                tgt = self.encode(answer)  # "▁" + number pieces + "</s>"
-            src, tgt = src[: a.l_tr], tgt[:t_dec]
-            input_ids[i, : len(src)] = torch.tensor(src)
-            attention[i, : len(src)] = 1
-            labels[i, : len(tgt)] = torch.tensor(tgt)
-        return {"input_ids": input_ids, "attention_mask": attention, "labels": labels,
-                "task": torch.tensor(kinds, dtype=torch.long)}
+                b = self.gens[t].sample(size, ramp, gen)
+                n_lines.append(torch.zeros(size, dtype=torch.long, device=self.device))
+            parts.append(b)
+            task.append(torch.full((size,), TASKS.index(t), dtype=torch.long, device=self.device))
+        labels = torch.full((sum(self.sizes.values()), self.label_width), IGNORE, dtype=torch.long, device=self.device)
+        row = 0
+        for b in parts:
+            labels[row : row + len(b.labels), : b.labels.shape[1]] = b.labels[:, : self.label_width]
+            row += len(b.labels)
+        batch = IdBatch(torch.cat([b.input_ids for b in parts]), torch.cat([b.attention_mask for b in parts]), labels)
+        return batch, torch.cat(task), torch.cat(n_lines)
 
 
-class TrainStream(torch.utils.data.IterableDataset):
-    """Endless batches; each DataLoader worker has its own seeded generator (distinct from eval seeds)."""
+class Curriculum:
+    """Lines stages 1, 2, …, ``capacity`` and then full (as many as fit); a stage passes when the examples
+    with exactly that many lines reach ``gate`` exact match over a block of at least ``window`` of them."""
 
-    def __init__(self, tok: PreTrainedTokenizerFast, args: argparse.Namespace, stream: np.ndarray, start_step: int):
-        self.tok, self.args, self.stream, self.start_step = tok, args, stream, start_step
+    def __init__(self, capacity: int, gate: float, window: int, device: torch.device):
+        self.capacity, self.gate, self.window = capacity, gate, window
+        self.stage = 1
+        self.hits = torch.zeros((), device=device)  # running on the device: no synchronisation per step
+        self.seen = torch.zeros((), device=device)
+        self.passed: dict[int, int] = {}  # stage -> step it passed
 
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        info = torch.utils.data.get_worker_info()
-        wid, nw = (info.id, info.num_workers) if info else (0, 1)
-        rng = random.Random(f"train:{self.args.seed}:{self.start_step}:{wid}")
-        sampler = TaskSampler(self.tok, self.args, self.stream, rng)
-        produced = 0
-        while True:
-            step = self.start_step + produced * nw + wid
-            ramp = 1.0 if self.args.curriculum_steps <= 0 else min(1.0, step / self.args.curriculum_steps)
-            yield sampler.batch(self.args.batch_size, ramp)
-            produced += 1
+    @property
+    def full(self) -> bool:
+        return self.stage > self.capacity
 
+    @property
+    def lines_count(self) -> int:
+        """Lines requested per record at this stage (the full stage asks for more than fit)."""
+        return 2 * self.capacity + 2 if self.full else self.stage
 
-# ------------------------------------------------------------------------------------------- eval sets
-def max_garbage(tok: PreTrainedTokenizerFast, l_tr: int) -> int:
-    """Largest filler size whose passkey prompt (5-digit key, key in the middle) fits ``l_tr`` tokens."""
-    return bisect_largest(lambda g: len(tok(passkey_prompt(50000, g, g // 2)).input_ids) <= l_tr, 0, 64 * l_tr)
+    def update(self, n_lines: torch.Tensor, exact: torch.Tensor) -> None:
+        """Count a batch's lines examples at the current stage."""
+        at_stage = n_lines == self.stage
+        self.hits += (exact & at_stage).sum()
+        self.seen += at_stage.sum()
 
+    def advance(self, step: int) -> bool:
+        """Close the block once it has ``window`` examples; pass the stage (and return True) at ``gate``."""
+        seen = float(self.seen)
+        if self.full or seen < self.window:
+            return False
+        rate = float(self.hits) / seen
+        self.hits.zero_()
+        self.seen.zero_()
+        if rate >= self.gate:
+            self.passed[self.stage] = step
+            self.stage += 1
+            return True
+        return False
 
-def passkey_eval_set(tok: PreTrainedTokenizerFast, n: int, seed: int, length: int) -> list[tuple[str, int]]:
-    """``n`` passkey prompts (``passkey_cases(n, seed)``) each fitted to at most ``length`` tokens."""
-    out = []
-    for case in passkey_cases(n, seed):
-        lo = bisect_largest(lambda g, c=case: len(tok(case_prompt(c, g)).input_ids) <= length, 0, 64 * length)
-        out.append((case_prompt(case, lo), case.key))
-    return out
+    def state_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "hits": float(self.hits), "seen": float(self.seen), "passed": self.passed}
 
-
-def lines_eval_set(tok: PreTrainedTokenizerFast, n: int, seed: int, length: int) -> list[tuple[str, int]]:
-    """``n`` lines prompts (case seeds ``seed``, ``seed+1``, …) with as many lines as fit ``length`` tokens."""
-    out = []
-    for i in range(n):
-        case = fit_lines_case(seed + i, lambda s: len(tok(s).input_ids), length, max_lines=4 * length)
-        out.append((case.prompt, case.answer))
-    return out
-
-
-@torch.no_grad()
-def generate(model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast, prompts: list[str],
-             max_new_tokens: int = 8, batch_size: int = 64) -> list[str]:
-    """Greedy decoding, batched."""
-    device = next(model.parameters()).device
-    out: list[str] = []
-    for i in range(0, len(prompts), batch_size):
-        enc = tok(prompts[i : i + batch_size], return_tensors="pt", padding=True).to(device)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            ids = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1)
-        out.extend(tok.batch_decode(ids, skip_special_tokens=True))
-    return out
-
-
-def exact_match(model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast, data: list[tuple[str, int]],
-                rule: Callable[[str], int | None]) -> tuple[float, list[str]]:
-    outs = generate(model, tok, [p for p, _ in data])
-    return 100.0 * float(np.mean([rule(o) == a for o, (_, a) in zip(outs, data, strict=True)])), outs
-
-
-def evaluate(model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast,
-             sets: dict[str, list[tuple[str, int]]]) -> dict[str, float]:
-    was_training = model.training
-    model.eval()
-    res = {}
-    for name, data in sets.items():
-        rule = first_int if name.startswith("passkey") else last_int
-        res[name], _ = exact_match(model, tok, data, rule)
-    model.train(was_training)
-    return res
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        self.stage, self.passed = d["stage"], {int(k): v for k, v in d["passed"].items()}
+        self.hits.fill_(d["hits"])
+        self.seen.fill_(d["seen"])
 
 
 # ----------------------------------------------------------------------------------------------- model
 def build_model(args: argparse.Namespace, tok: PreTrainedTokenizerFast) -> T5ForConditionalGeneration:
     config = T5Config(
-        vocab_size=len(tok),
-        d_model=args.d_model,
-        d_kv=args.d_kv,
-        d_ff=args.d_ff,
-        num_layers=args.enc_layers,
-        num_decoder_layers=args.dec_layers,
-        num_heads=args.heads,
-        relative_attention_num_buckets=32,
-        relative_attention_max_distance=args.max_distance,
-        dropout_rate=0.0,
-        feed_forward_proj=args.ff_proj,
-        tie_word_embeddings=True,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
+        vocab_size=len(tok), d_model=args.d_model, d_kv=args.d_kv, d_ff=args.d_ff, num_layers=args.enc_layers,
+        num_decoder_layers=args.dec_layers, num_heads=args.heads, relative_attention_num_buckets=32,
+        relative_attention_max_distance=args.max_distance, dropout_rate=0.0, feed_forward_proj=args.ff_proj,
+        tie_word_embeddings=True, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
         decoder_start_token_id=tok.pad_token_id,
     )
     model = T5ForConditionalGeneration(config)
@@ -305,11 +171,20 @@ def build_model(args: argparse.Namespace, tok: PreTrainedTokenizerFast) -> T5For
     return model
 
 
-def example_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Per-example mean token cross-entropy (so each task weighs by its share of examples, not tokens)."""
-    tok_loss = F.cross_entropy(logits.float().transpose(1, 2), labels, ignore_index=-100, reduction="none")
-    mask = (labels != -100).float()
-    return (tok_loss * mask).sum(1) / mask.sum(1).clamp(min=1)
+def teacher_forced(model: torch.nn.Module, batch: IdBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-example mean token cross-entropy, and whether every answer token is the argmax (exactly when greedy
+    decoding would produce the answer)."""
+    labels = batch.labels
+    dec_in = labels.new_zeros(labels.shape)  # decoder start = pad = 0
+    dec_in[:, 1:] = labels[:, :-1].clamp(min=0)
+    on = torch.device(batch.input_ids.device).type
+    with torch.autocast(on, dtype=torch.bfloat16, enabled=on == "cuda"):
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, decoder_input_ids=dec_in).logits
+    mask = labels != IGNORE
+    tok_loss = F.cross_entropy(logits.float().transpose(1, 2), labels, ignore_index=IGNORE, reduction="none")
+    loss = (tok_loss * mask).sum(1) / mask.sum(1).clamp(min=1)
+    exact = ((logits.argmax(-1) == labels) | ~mask).all(1)
+    return loss, exact
 
 
 def lr_at(step: int, progress: float, args: argparse.Namespace) -> float:
@@ -319,6 +194,37 @@ def lr_at(step: int, progress: float, args: argparse.Namespace) -> float:
     return args.lr * warm * tail
 
 
+# ------------------------------------------------------------------------------------------- held out
+def held_out(tok: PreTrainedTokenizerFast, length: int, n: int, seed: int) -> dict[str, tuple[Any, list]]:
+    """The harness's own examples (task classes, token-fitted with this tokenizer) at ``length`` tokens."""
+    setting = Setting(str(length), length, "tokens")
+    tasks = {name: cls() for name, cls in EVAL_TASKS.items()}
+    return {name: (task, task.examples(setting, tok, n, seed)) for name, task in tasks.items()}
+
+
+@torch.no_grad()
+def exact_match(model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast, sets: dict[str, tuple[Any, list]],
+                batch_size: int = 64) -> dict[str, float]:
+    """Greedy decoding, scored by each task's own rule (accuracy, %)."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    out: dict[str, float] = {}
+    for name, (task, examples) in sets.items():
+        scores = []
+        for i in range(0, len(examples), batch_size):
+            chunk = examples[i : i + batch_size]
+            enc = tok([e.prompt for e in chunk], return_tensors="pt", padding=True).to(device)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+                ids = model.generate(**enc, max_new_tokens=MAX_NEW[name], do_sample=False, num_beams=1)
+            for text, e in zip(tok.batch_decode(ids, skip_special_tokens=True), chunk, strict=True):
+                scores.append(task.score(text, e)["accuracy"])
+        out[name] = sum(scores) / len(scores)
+    model.train(was_training)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- export
 def export(model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast, path: Path) -> None:
     """fp16 safetensors + config + tokenizer in ``path`` (loadable by ``from_pretrained``)."""
     path.mkdir(parents=True, exist_ok=True)
@@ -329,71 +235,44 @@ def export(model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast, path
     tok.save_pretrained(str(path))
 
 
-def model_card(args: argparse.Namespace, model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast,
-               state: dict[str, Any], final: dict[str, float], hardware: str) -> str:
+def model_card(args: argparse.Namespace, model: T5ForConditionalGeneration, summary: dict[str, Any]) -> str:
+    """The checkpoint's README: status first (the bar: lines >= 70%, passkey >= 95% at L_tr), then how."""
+    c, final, l_tr = model.config, summary["final"], args.l_tr
+    lines_ok = final.get(f"lines@{l_tr}", 0) >= 70 and final.get(f"passkey@{l_tr}", 0) >= 95
+    status = "retrieves by key at L_tr" if lines_ok else "does NOT meet the retrieval bar (lines >= 70%, passkey >= 95%)"
+    rows = "\n".join(f"| {k} | {v:.0f} |" for k, v in final.items())
+    gates = ", ".join(f"{k} lines at step {v}" for k, v in sorted(summary["gates"].items())) or "none"
     n_params = sum(p.numel() for p in model.parameters())
-    c = model.config
-    curve_rows = "\n".join(
-        f"| {r['step']} | {r['minutes']:.1f} | {r.get('passkey', float('nan')):.0f} | {r.get('lines', float('nan')):.0f} |"
-        for r in state["curve"]
-    )
-    final_rows = "\n".join(f"| {k} | {v:.0f} |" for k, v in final.items())
-    return f"""# mini-t5
+    return f"""# mini-t5 — {status}
 
-A small T5 (`T5ForConditionalGeneration`, learned relative position buckets) trained from scratch,
-offline, by `scripts/train_mini_t5.py` for lengthx: it stands in for Flan-T5 / T5-LM in paper A's
-experiments in the `mini` profile. Its training length is **L_tr = {args.l_tr} tokens**; with
-`relative_attention_max_distance = {c.relative_attention_max_distance}` (<= L_tr/2) longer inputs add no
-new position bucket, so beyond L_tr only the attention's dispersal changes.
+The `mini` profile's stand-in for Flan-T5 (`conf/model/mini-t5.yaml`): a small T5 with learned relative
+position buckets, trained from scratch by `scripts/train_mini_t5.py` on passkey, LongEval lines and LongEval
+topics prompts built as token ids (`lengthx.tasks.token_ids`). L_tr = {l_tr} tokens; relative_attention_max_distance
+= {c.relative_attention_max_distance} (<= L_tr/2), so longer inputs add no new bucket and only the attention's
+dispersal changes.
 
-## Architecture
-- {n_params / 1e6:.2f}M parameters, d_model {c.d_model}, {c.num_heads} heads x d_kv {c.d_kv}, d_ff {c.d_ff}
-  ({c.feed_forward_proj}), {c.num_layers} encoder / {c.num_decoder_layers} decoder layers, tied embeddings,
-  {c.relative_attention_num_buckets} buckets, max distance {c.relative_attention_max_distance}.
-- Tokenizer: {len(tok)}-piece Unigram trained locally (`lengthx.data.tokenizers.train_tokenizer`) on the
-  Python standard library's source and generated task prompts; numbers are cut into pieces of at most 3
-  digits (every 1-3 digit piece is one token), newlines are tokens; `<pad>`=0 (decoder start), `</s>`=1
-  (appended to inputs), `<unk>`=2.
-- Weights stored in fp16 (safetensors). Load with `T5ForConditionalGeneration.from_pretrained(dir)`
-  (pass `dtype=torch.float32` on CPU) and `AutoTokenizer.from_pretrained(dir)`.
-
-## Training data (generated on the fly, all inputs <= L_tr tokens)
-- passkey (`lengthx.tasks.passkey` format, keys 1..50000, filler 0..{state['g_max']} characters, key depth
-  uniform), weight {args.w_passkey};
-- LongEval lines (`lengthx.tasks.lines`, docs/design.md §10; wonderwords adjective-noun indices, values
-  1..50000, asked line uniform), 1..{args.lines_max} lines drawn then random non-asked lines dropped until the
-  prompt fits L_tr, weight {args.w_lines};
-- prefix-LM on the standard library's source (prefix 16..L_tr-1 tokens, the next {args.lm_target} tokens
-  as target), weight {args.w_lm}.
-- Loss: per-example mean token cross-entropy; AdamW lr {args.lr} (betas 0.9/0.98, wd 0.01), warm-up
-  {args.warmup} steps, linear decay over the last {args.decay_frac:.0%}; batch {args.batch_size}; curriculum
-  ramp of filler size and line count over the first {args.curriculum_steps} steps; seed {args.seed}.
-- **{state['step']} steps, {state['train_seconds'] / 60:.1f} minutes of training on {hardware}.**
-
-## Accuracy (exact match, %, greedy decoding)
-Held-out examples generated with seeds disjoint from the training stream (passkey cases
-`passkey_cases(n, {args.final_seed})`, lines cases seeds {args.final_seed + 10_000}+), each fitted to the given
-token length with this tokenizer, measured on the exported fp16 weights loaded in fp32:
+## Held-out exact match (%, greedy), exported fp16 weights loaded in fp32
+{args.final_n} examples per cell from the harness's task classes (seeds {args.final_seed}+), fitted to the
+token length with this tokenizer; 95% intervals for n = {args.final_n} are about ±{196 * (0.25 / args.final_n) ** 0.5:.0f} points at 50%.
 
 | set | EM % |
 |---|---|
-{final_rows}
+{rows}
 
-Training curve (eval sets of {args.eval_n} examples at L_tr, seeds {args.eval_seed} / {args.eval_seed + 10_000}+):
+## Training
+- {n_params / 1e6:.2f}M parameters: d_model {c.d_model}, {c.num_heads} heads x d_kv {c.d_kv}, d_ff {c.d_ff}
+  ({c.feed_forward_proj}), {c.num_layers} encoder / {c.num_decoder_layers} decoder layers, tied embeddings.
+- Batch {args.batch_size}: shares passkey {args.w_passkey}, lines {args.w_lines}, topics {args.w_topics}; AdamW
+  lr {args.lr}, warm-up {args.warmup}, linear decay over the last {args.decay_frac:.0%}.
+- Lines curriculum gates (teacher-forced EM >= {args.gate} over {args.gate_window} examples): {gates};
+  final stage: {summary['stage']}.
+- {summary['steps']} steps, {summary['train_minutes']:.1f} minutes on {summary['hardware']}
+  ({summary['examples_per_s']:.0f} training examples/s).
+- `curve.json`: the curve (loss and EM per task, EM per line count, held-out EM) and this command:
 
-| step | minutes | passkey | lines |
-|---|---|---|---|
-{curve_rows}
-
-`curve.json` holds the same curve with the training losses per task.
-
-## Reproduce
 ```
-{state['command']}
+{summary['command']}
 ```
-The run is time-boxed: on other hardware pass `--max-steps {state['step']} --max-minutes 0` for the same
-number of steps (data order differs with the number of DataLoader workers). The tokenizer directory given by
-`--tokenizer` is reused when it exists; delete it to retrain the tokenizer (about a minute on a CPU).
 """
 
 
@@ -401,13 +280,10 @@ number of steps (data order differs with the number of DataLoader workers). The 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True, help="run directory (state.pt, curve.json, export/)")
-    p.add_argument("--tokenizer", type=Path, default=ROOT / "lengthx/checkpoints/mini-t5",
-                   help="tokenizer directory: loaded if it holds tokenizer.json, else trained and saved there")
+    p.add_argument("--tokenizer", type=Path, default=ROOT / "lengthx/checkpoints/mini-t5")
     p.add_argument("--export", type=Path, default=None, help="also export the final model (+ card) here")
-    p.add_argument("--init-from", type=Path, default=None, help="warm start from exported weights (no optimizer)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
-    p.add_argument("--vocab-size", type=int, default=8000)
     p.add_argument("--l-tr", type=int, default=256)
     p.add_argument("--max-distance", type=int, default=128)
     p.add_argument("--d-model", type=int, default=256)
@@ -417,180 +293,170 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--enc-layers", type=int, default=6)
     p.add_argument("--dec-layers", type=int, default=4)
     p.add_argument("--ff-proj", default="gated-gelu")
-    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=512)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup", type=int, default=300)
-    p.add_argument("--decay-frac", type=float, default=0.2)
-    p.add_argument("--max-steps", type=int, default=100_000)
-    p.add_argument("--max-minutes", type=float, default=10.0, help="cumulative training time box (0: none)")
-    p.add_argument("--curriculum-steps", type=int, default=1000)
-    p.add_argument("--w-passkey", type=float, default=0.25)
-    p.add_argument("--w-lines", type=float, default=0.55)
-    p.add_argument("--w-lm", type=float, default=0.20)
-    p.add_argument("--lines-max", type=int, default=8, help="most lines drawn before fitting to L_tr")
-    p.add_argument("--lines-full-frac", type=float, default=0.5, help="share of full-length lines records")
-    p.add_argument("--lm-target", type=int, default=32)
-    p.add_argument("--lm-tokens", type=int, default=4_000_000, help="stdlib tokens kept for the LM stream")
-    p.add_argument("--workers", type=int, default=max(0, min(12, (os.cpu_count() or 2) - 2)))
-    p.add_argument("--eval-every", type=int, default=500)
-    p.add_argument("--eval-n", type=int, default=100)
+    p.add_argument("--decay-frac", type=float, default=0.15)
+    p.add_argument("--max-steps", type=int, default=1_000_000)
+    p.add_argument("--max-minutes", type=float, default=20.0, help="cumulative training time box (0: none)")
+    p.add_argument("--w-passkey", type=float, default=0.2)
+    p.add_argument("--w-lines", type=float, default=0.65)
+    p.add_argument("--w-topics", type=float, default=0.15)
+    p.add_argument("--ramp-steps", type=int, default=1000, help="passkey filler and topics length ramp")
+    p.add_argument("--gate", type=float, default=0.9, help="teacher-forced EM that passes a lines stage")
+    p.add_argument("--gate-window", type=int, default=2000, help="examples the gate averages over")
+    p.add_argument("--gate-minutes", type=float, default=12.0,
+                   help="stop (NO-GO) if the 2-line gate has not passed after this much training (0: never)")
+    p.add_argument("--log-every", type=int, default=200)
+    p.add_argument("--eval-every", type=int, default=2000)
+    p.add_argument("--eval-n", type=int, default=64)
     p.add_argument("--eval-seed", type=int, default=10_000)
-    p.add_argument("--final-n", type=int, default=50)
+    p.add_argument("--final-n", type=int, default=100)
     p.add_argument("--final-seed", type=int, default=500_000)
     p.add_argument("--final-lengths", default="256,512,1024", help="token lengths of the final evaluation")
     p.add_argument("--save-every-minutes", type=float, default=3.0)
-    p.add_argument("--log-every", type=int, default=100)
     p.add_argument("--compile", action="store_true", help="torch.compile the model (GPU)")
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     command = "python scripts/train_mini_t5.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    random.seed(args.seed)
     torch.manual_seed(args.seed)
     device = torch.device(args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else \
+        f"CPU ({platform.machine()}, {torch.get_num_threads()} threads)"
     args.out.mkdir(parents=True, exist_ok=True)
+    if not (args.tokenizer / "tokenizer.json").exists():
+        raise SystemExit(f"--tokenizer {args.tokenizer} has no tokenizer.json; pass the directory of a tokenizer "
+                         "trained by lengthx.data.tokenizers.train_tokenizer (e.g. lengthx/checkpoints/mini-t5)")
+    tok = AutoTokenizer.from_pretrained(str(args.tokenizer))
 
-    tok = get_tokenizer(args.tokenizer, args.vocab_size, args.seed)
-    model = build_model(args, tok)
-    if args.init_from is not None:
-        src = T5ForConditionalGeneration.from_pretrained(str(args.init_from), dtype=torch.float32)
-        model.load_state_dict(src.state_dict())
-        log(f"warm start from {args.init_from}")
-    model.to(device)
-    n_params = sum(p.numel() for p in model.parameters())
-    log(f"device {hardware}; {n_params / 1e6:.2f}M params; vocab {len(tok)}; L_tr {args.l_tr}; line indices from "
-        + " x ".join(f"{len(w)}" for w in line_index_vocabulary()) + " adjectives x nouns")
+    t0 = time.time()
+    mix = Mixture(tok, args, device)
+    curriculum = Curriculum(mix.gens["lines"].capacity(), args.gate, args.gate_window, device)
+    log(f"token-id tables built in {time.time() - t0:.1f}s; lines capacity {curriculum.capacity} at L_tr "
+        f"{args.l_tr}; passkey filler up to {mix.gens['passkey'].max_garbage} chars; shares {mix.sizes}")
+    model = build_model(args, tok).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01,
                             fused=device.type == "cuda")
-
-    state: dict[str, Any] = {"step": 0, "train_seconds": 0.0, "curve": [], "command": command}
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+    state: dict[str, Any] = {"step": 0, "train_seconds": 0.0, "examples": 0, "curve": [], "stopped": None}
     ckpt = args.out / "state.pt"
     if ckpt.exists():
         saved = torch.load(ckpt, map_location="cpu", weights_only=False)
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["opt"])
+        curriculum.load_state_dict(saved["curriculum"])
+        gen.set_state(saved["generator"])
         state = saved["state"]
-        state["command"] = command
-        log(f"resumed from {ckpt} at step {state['step']} ({state['train_seconds'] / 60:.1f} min)")
-    state["g_max"] = max_garbage(tok, args.l_tr)
-
-    eval_sets = {
-        "passkey": passkey_eval_set(tok, args.eval_n, args.eval_seed, args.l_tr),
-        "lines": lines_eval_set(tok, args.eval_n, args.eval_seed + 10_000, args.l_tr),
-    }
-    log(f"eval sets ready; passkey filler max {state['g_max']} chars at L_tr; "
-        f"lines per eval prompt {np.mean([p.count(chr(10) + 'line ') for p, _ in eval_sets['lines']]):.1f}")
-
-    t0 = time.time()
-    stream = lm_stream(tok, args.lm_tokens)
-    log(f"LM stream: {len(stream)} tokens from the standard library ({time.time() - t0:.0f}s)")
-    loader = torch.utils.data.DataLoader(
-        TrainStream(tok, args, stream, state["step"]), batch_size=None, num_workers=args.workers,
-        pin_memory=device.type == "cuda", prefetch_factor=4 if args.workers else None,
-        persistent_workers=False,
-    )
+        log(f"resumed from {ckpt} at step {state['step']} ({state['train_seconds'] / 60:.1f} min), stage "
+            f"{curriculum.stage}")
+    log(f"device {hardware}; {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
+    eval_sets = held_out(tok, args.l_tr, args.eval_n, args.eval_seed)
     fwd = torch.compile(model) if args.compile else model
 
     def save() -> None:
         tmp = args.out / "state.pt.tmp"
-        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "state": state}, tmp)
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "curriculum": curriculum.state_dict(),
+                    "generator": gen.get_state(), "state": state}, tmp)
         os.replace(tmp, ckpt)
         (args.out / "curve.json").write_text(json.dumps(state["curve"], indent=1))
-        export(model, tok, args.out / "export")
 
     def progress() -> float:
         p = state["step"] / args.max_steps
-        if args.max_minutes > 0:
-            p = max(p, state["train_seconds"] / (60 * args.max_minutes))
-        return p
-
-    def record_eval(extra: dict[str, float]) -> None:
-        res = evaluate(model, tok, eval_sets)
-        row = {"step": state["step"], "minutes": state["train_seconds"] / 60, **res, **extra}
-        state["curve"].append(row)
-        log(f"eval step {state['step']}: " + ", ".join(f"{k} {v:.3g}" for k, v in row.items() if k != "step"))
+        return max(p, state["train_seconds"] / (60 * args.max_minutes)) if args.max_minutes > 0 else p
 
     model.train()
-    sums = torch.zeros(3, device=device)
-    counts = torch.zeros(3, device=device)
-    last_save = time.time()
-    tick = time.time()
-    it = iter(loader)
-    while progress() < 1:
-        batch = next(it)
-        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-        lr = lr_at(state["step"], progress(), args)
+    window = {"loss": torch.zeros(3, device=device), "exact": torch.zeros(3, device=device),
+              "n": torch.zeros(3, device=device), "lines_exact": torch.zeros(64, device=device),
+              "lines_n": torch.zeros(64, device=device), "t": time.time(), "examples": 0}
+    last_save = tick = time.time()
+    while progress() < 1 and state["stopped"] is None:
+        batch, task, n_lines = mix.batch(state["step"], curriculum.lines_count, gen)
         for group in opt.param_groups:
-            group["lr"] = lr
-        labels = batch["labels"]
-        dec_in = labels.new_zeros(labels.shape)
-        dec_in[:, 1:] = labels[:, :-1].clamp(min=0)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            logits = fwd(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                         decoder_input_ids=dec_in).logits
-        per_ex = example_loss(logits, labels)
-        loss = per_ex.mean()
+            group["lr"] = lr_at(state["step"], progress(), args)
+        loss, exact = teacher_forced(fwd, batch)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.mean().backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        sums.index_add_(0, batch["task"], per_ex.detach())
-        counts.index_add_(0, batch["task"], torch.ones_like(per_ex))
         state["step"] += 1
+        state["examples"] += len(task)
+        window["examples"] += len(task)
+        with torch.no_grad():
+            for key, value in (("loss", loss.detach()), ("exact", exact.float()), ("n", torch.ones_like(loss))):
+                window[key].index_add_(0, task, value)
+            lines_rows = task == TASKS.index("lines")
+            n_lines = n_lines.clamp(max=63)
+            window["lines_exact"].index_add_(0, n_lines[lines_rows], exact[lines_rows].float())
+            window["lines_n"].index_add_(0, n_lines[lines_rows], torch.ones_like(loss[lines_rows]))
+        curriculum.update(n_lines[lines_rows], exact[lines_rows])
+        if state["step"] % 25 == 0 and curriculum.advance(state["step"]):
+            log(f"gate passed at step {state['step']}: now {'full records' if curriculum.full else curriculum.stage} lines")
         now = time.time()
         state["train_seconds"] += now - tick
         tick = now
-        step = state["step"]
-        if step % args.log_every == 0:
-            means = (sums / counts.clamp(min=1)).tolist()
-            losses = {f"loss_{t}": round(v, 4) for t, v in zip(TASKS, means, strict=True)}
-            log(f"step {step} lr {lr:.2e} " + " ".join(f"{k} {v:.3f}" for k, v in losses.items())
-                + f" | {state['train_seconds'] / step if step else 0:.3f}s/step")
-            state["last_losses"] = losses
-            sums.zero_()
-            counts.zero_()
-        if step % args.eval_every == 0:
-            record_eval(state.get("last_losses", {}))
-            tick = time.time()  # evaluation time is not training time
-        if now - last_save > 60 * args.save_every_minutes:
+        minutes = state["train_seconds"] / 60
+        if args.gate_minutes > 0 and minutes > args.gate_minutes and curriculum.stage <= 2:
+            state["stopped"] = f"NO-GO: the {curriculum.stage}-line gate did not pass in {args.gate_minutes} minutes"
+            log(state["stopped"])
+        if state["step"] % args.log_every == 0 or state["stopped"]:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            n = window["n"].clamp(min=1)
+            row: dict[str, Any] = {
+                "step": state["step"], "minutes": round(minutes, 3), "stage": curriculum.stage,
+                "examples_per_s": round(window["examples"] / max(time.time() - window["t"], 1e-9), 1),
+                **{f"loss_{t}": round(v, 4) for t, v in zip(TASKS, (window["loss"] / n).tolist(), strict=True)},
+                **{f"em_{t}": round(v, 4) for t, v in zip(TASKS, (window["exact"] / n).tolist(), strict=True)},
+                "em_by_lines": {k: round(e / c, 3) for k, (e, c) in
+                                enumerate(zip(window["lines_exact"].tolist(), window["lines_n"].tolist(), strict=True))
+                                if c > 0},
+            }
+            if state["step"] % args.eval_every == 0:
+                row["held_out"] = exact_match(model, tok, eval_sets)
+                tick = time.time()  # evaluation time is not training time
+            state["curve"].append(row)
+            log(" ".join(f"{k} {v}" for k, v in row.items()))
+            for key in ("loss", "exact", "n", "lines_exact", "lines_n"):
+                window[key].zero_()
+            window["t"], window["examples"] = time.time(), 0
+        if time.time() - last_save > 60 * args.save_every_minutes:
             save()
             last_save = tick = time.time()
-    if not state["curve"] or state["curve"][-1]["step"] != state["step"]:
-        record_eval(state.get("last_losses", {}))
     save()
-    log(f"done: {state['step']} steps, {state['train_seconds'] / 60:.1f} min of training")
-    del it, loader
+    export(model, tok, args.out / "export")
+    log(f"stopped at step {state['step']}, {state['train_seconds'] / 60:.1f} min: {state['stopped'] or 'time or step box'}")
+    return finish(args, tok, state, curriculum, hardware, command, device)
 
-    # final held-out evaluation on the exported fp16 weights, loaded as a user would
+
+def finish(args: argparse.Namespace, tok: PreTrainedTokenizerFast, state: dict[str, Any], curriculum: Curriculum,
+           hardware: str, command: str, device: torch.device) -> int:
+    """Held-out EM of the exported fp16 weights at each final length; model card and curve beside them."""
     exported = args.out / "export"
-    final_model = T5ForConditionalGeneration.from_pretrained(str(exported), dtype=torch.float32).to(device).eval()
+    model = T5ForConditionalGeneration.from_pretrained(str(exported), dtype=torch.float32).to(device).eval()
     final: dict[str, float] = {}
-    samples: dict[str, list[str]] = {}
     for length in [int(x) for x in args.final_lengths.split(",") if x]:
-        pk = passkey_eval_set(tok, args.final_n, args.final_seed, length)
-        final[f"passkey@{length}"], samples[f"passkey@{length}"] = exact_match(final_model, tok, pk, first_int)
-        ln = lines_eval_set(tok, args.final_n, args.final_seed + 10_000, length)
-        final[f"lines@{length}"], samples[f"lines@{length}"] = exact_match(final_model, tok, ln, last_int)
-        log(f"final @ {length} tokens: passkey {final[f'passkey@{length}']:.0f}%, lines {final[f'lines@{length}']:.0f}%")
-    state["final"] = final
-    (args.out / "final.json").write_text(json.dumps({"final": final, "samples": samples}, indent=1))
-    card = model_card(args, model, tok, state, final, hardware)
-    summary = json.dumps({"l_tr": args.l_tr, "steps": state["step"], "train_minutes": state["train_seconds"] / 60,
-                          "hardware": hardware, "command": command, "final": final, "curve": state["curve"]},
-                         indent=1)
+        for name, value in exact_match(model, tok, held_out(tok, length, args.final_n, args.final_seed)).items():
+            final[f"{name}@{length}"] = value
+        log("final @ " + str(length) + ": " + ", ".join(f"{k} {v:.0f}%" for k, v in final.items() if k.endswith(f"@{length}")))
+    seconds = max(state["train_seconds"], 1e-9)
+    summary = {"l_tr": args.l_tr, "steps": state["step"], "train_minutes": seconds / 60, "hardware": hardware,
+               "examples_per_s": state["examples"] / seconds, "command": command, "stage": curriculum.stage,
+               "gates": curriculum.passed, "stopped": state["stopped"], "final": final, "curve": state["curve"]}
+    card = model_card(args, model, summary)
     for target in [exported] + ([args.export] if args.export is not None else []):
         if target != exported:
             export(model, tok, target)
         (target / "README.md").write_text(card)
-        (target / "curve.json").write_text(summary)
+        (target / "curve.json").write_text(json.dumps(summary, indent=1))
         log(f"exported to {target}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
