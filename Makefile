@@ -40,6 +40,7 @@ bench: install
 	$(BIN)/python scripts/bench_attention.py
 	$(BIN)/python scripts/bench_alignment.py
 	$(BIN)/python scripts/bench_training_memory.py
+	$(BIN)/python scripts/bench_token_ids.py
 
 tables: install
 	$(LX) tables
