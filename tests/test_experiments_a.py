@@ -280,3 +280,25 @@ def test_paper_b_runs_fill_their_method_row_at_their_length():
     filled = filled_cells(spec, runs)
     assert {(m, method) for m, method, _, _ in filled} == {("gpt2", "ootb"), ("gpt2", "chunk-0.25")}
     assert len(filled) == 3  # the 4L_t-trained run scored at 2L_t is not Table 3's chunk-0.25 cell at 2L_t
+
+
+def test_plan_counts_paper_b_published_numbers_and_lists_its_training(capsys):
+    """Paper B's tidy CSVs hold key columns (PE, method) and perplexities: only the perplexities are cells
+    (Table 3: 14 rows x 2 lengths, RoPE full at 4L_t not reported = 27), and ``plan`` lists sb_* sweeps with the
+    training they need, ``-m`` or not."""
+    from lengthx.cli.run import plan_command
+    from lengthx.report.tables import TABLES
+    from lengthx.report.tables.cells import published_cell_count
+    from lengthx.report.tables.published import published_file
+
+    for table in ("sb_table2", "sb_table3", "sb_table4", "sb_table5"):
+        spec = TABLES[table]
+        with published_file(spec.paper_csv).open() as f:
+            expected = sum(1 for row in csv.DictReader(f) for k, v in row.items() if k.startswith("ppl") and v)
+        assert published_cell_count(spec) == expected, table
+    assert published_cell_count(TABLES["sb_table3"]) == 27
+    plan_command(["-m", "experiment=sb_table3", "profile=paper"])
+    out = capsys.readouterr().out
+    assert "train chunk-0.25-2x (to train; starts from ootb)" in out
+    assert "cell gpt2|chunk-0.25@2L_t|segmented_ppl|2L_t" in out
+    assert re.search(r"sb_table3\s+28 / 27", out)

@@ -128,12 +128,20 @@ def hydra_command(task_fn: Callable[[DictConfig], None], argv: list[str], prog: 
 
 def dry_run_job(cfg: DictConfig, stats: bool = False) -> None:
     """One job of a --dry-run: list its cells (nothing is loaded or written)."""
-    from lengthx.core.cells import experiment_skip_reason, planned_cells
+    from lengthx.core.cells import experiment_skip_reason
 
     reason = experiment_skip_reason(cfg)
     if reason:
         print(f"not a cell: {reason}")
         return
+    name = (cfg.get("experiment_info") or {}).get("name", "-")
+    DRY_RUN_CELLS.extend((name, key) for key in print_job_cells(cfg, stats))
+
+
+def print_job_cells(cfg: DictConfig, stats: bool = False) -> list[str]:
+    """Print one job's cells (paper B: first the training runs they need); return their keys."""
+    from lengthx.core.cells import planned_cells
+
     if cfg.task.name == "segmented_ppl":  # paper B: the training runs it needs, then its cells
         from lengthx.core.perplexity import planned_runs
 
@@ -141,10 +149,9 @@ def dry_run_job(cfg: DictConfig, stats: bool = False) -> None:
         print("\n".join(lines))
     else:
         cells = planned_cells(cfg, stats=stats)
-    name = (cfg.get("experiment_info") or {}).get("name", "-")
     for cell in cells:
         print(f"cell {cell.key}  ({cell.setting.value} {cell.setting.unit})")
-        DRY_RUN_CELLS.append((name, cell.key))
+    return [cell.key for cell in cells]
 
 
 def print_plan(cells: list[tuple[str, str]], overrides: list[str]) -> None:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lengthx.cli.common import experiment_jobs, print_plan
+from lengthx.cli.common import experiment_jobs, print_job_cells, print_plan
 from lengthx.config import CONF_DIR, RUN_CONFIG, check_overrides, choices
 from lengthx.errors import debug_enabled
 
@@ -17,12 +17,14 @@ if TYPE_CHECKING:
 
 
 def plan_command(argv: list[str]) -> None:
-    """``lengthx plan``: every cell of every paper-A experiment (or those named), with counts per table."""
+    """``lengthx plan``: every cell of every paper-A experiment (or of those named, paper B's ``sb_*`` too, with
+    the training each needs), with counts per table. Experiments are sweeps, so ``-m`` is implied."""
     from hydra import compose, initialize_config_dir
 
-    from lengthx.core.cells import experiment_skip_reason, planned_cells
+    from lengthx.core.cells import experiment_skip_reason
     from lengthx.models.minis import apply_profile
 
+    argv = [a for a in argv if a not in ("-m", "--multirun")]
     check_overrides(argv, command="plan")
     experiments = [v for a in argv if a.startswith("experiment=") for v in a.split("=", 1)[1].split(",")]
     rest = [a for a in argv if not a.startswith("experiment=")]
@@ -37,9 +39,7 @@ def plan_command(argv: list[str]) -> None:
                 cfg = apply_profile(compose(RUN_CONFIG, overrides=job))
                 if experiment_skip_reason(cfg):
                     continue
-                for cell in planned_cells(cfg, stats=command == "stats"):
-                    print(f"cell {cell.key}  ({cell.setting.value} {cell.setting.unit})")
-                    cells.append((experiment, cell.key))
+                cells.extend((experiment, key) for key in print_job_cells(cfg, stats=command == "stats"))
     print_plan(cells, argv)
 
 

@@ -51,17 +51,29 @@ def filled_cells(spec: TableSpec, runs: Iterable[RunCell]) -> set[tuple[str, str
     return out
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def published_cell_count(spec: TableSpec) -> int | None:
     """Numbers in the published table of ``spec`` that are cells (not "Avg." columns, not "Improvement").
 
-    Reads the paper's CSV from the package data (grid layout: ``spec.paper_header_rows`` header rows, then
-    model header rows with no numbers, model rows and "w/ …" rows); a table reported in the text counts
+    Reads the paper's CSV from the package data (paper A's grid layout: ``spec.paper_header_rows`` header rows,
+    then model header rows with no numbers, model rows and "w/ …" rows; paper B's tidy layout: the numbers of
+    its value columns, the columns whose every entry is a number); a table reported in the text counts
     its ``paper_values``. ``None`` only for a table the paper does not publish; a published table missing
     from the install is a :class:`FileNotFoundError` (:func:`lengthx.report.tables.published.published_rows`).
     """
     if spec.paper_csv is None:
         return sum(len(values) for _, _, values in spec.paper_values) if spec.paper_values else None
     rows = published_rows(spec.paper_csv)
+    if spec.paper_key != "model":  # paper B's tidy CSVs: one header row, key columns, then value columns
+        values = [j for j in range(len(rows[0])) if all(_is_number(r[j]) for r in rows[1:] if r[j].strip())]
+        return sum(1 for r in rows[1:] for j in values if r[j].strip())
     headers = rows[spec.paper_header_rows - 1]
     derived = {j for j, h in enumerate(headers) if h.strip() == "Avg."}
     count = 0
