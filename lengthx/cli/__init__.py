@@ -27,7 +27,8 @@ commands:
   train [overrides]      paper B continued pre-training, e.g. lengthx train model=gpt2 method=chunk-0.25 l_e_factor=4
   stats [overrides]      dispersal statistics at τ=1 per setting and at L_tr (paper A Tables 1, 7; Figures 1-2)
   plan [profile=paper] [experiment=aa_table4 …]   list every cell of the paper-A experiments, with counts
-                         per table beside the published tables' (a dry run of all of conf/experiment/aa_*)
+                         per table beside the published tables' (a dry run of all of conf/experiment/aa_*);
+                         experiment=sb_table3 … lists paper B's cells and the training runs they need
   tables [--format latex|markdown|both] [--results-dir DIR] [--out DIR] [--compare-paper]
   figures [--results-dir DIR] [--out DIR]   Figures 1, 2/5 and the temperature curves (PNG + PDF)
   ls                     list models, methods, tasks, profiles and experiments
