@@ -1,15 +1,24 @@
-"""Confidence intervals of table cells from their records (lengthx/tables/intervals.py)."""
+"""Confidence intervals of table cells from their records (lengthx/report/tables/intervals.py)."""
 
 from __future__ import annotations
 
 import math
 import random
+from statistics import NormalDist
 
 import numpy as np
 import pytest
 
 from lengthx.core.store import ResultsStore
-from lengthx.report.tables.intervals import bootstrap_mean_ci, paired_difference_ci, table_intervals
+from lengthx.report.tables.intervals import (
+    bootstrap_mean_ci,
+    difference_ci,
+    mean_ci,
+    newcombe_paired_ci,
+    paired_difference_ci,
+    table_intervals,
+    wilson_ci,
+)
 from lengthx.report.tables.paper_a import TABLE3
 from lengthx.report.tables.render import latest_ok, render
 
@@ -70,3 +79,97 @@ def test_intervals_come_from_the_rows_own_records_and_render_beside_the_value(tm
     assert f"{sum(base) / 6:.1f} [{lo:.1f}, {hi:.1f}]" in text
     assert "Paired difference to τ = 1" in text and "-1.0 [-1.0, -1.0]" in text
     assert "[" not in render(TABLE3, store.read()).markdown  # no store, no intervals
+
+
+def _score_bound(k: int, n: int, z: float, upper: bool) -> float:
+    """The Wilson bound found independently: bisection on the score test's boundary."""
+    p_hat = k / n
+    lo, hi = (p_hat, 1.0) if upper else (0.0, p_hat)
+
+    def inside(p: float) -> bool:
+        return (p_hat - p) ** 2 <= z * z * p * (1 - p) / n
+
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if inside(mid) == upper:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+@pytest.mark.parametrize(("k", "n"), [(0, 10), (3, 10), (10, 10), (47, 50), (1, 3)])
+def test_wilson_bounds_solve_the_score_test(k, n):
+    z = NormalDist().inv_cdf(0.975)
+    lo, hi = wilson_ci(k, n)
+    assert lo == pytest.approx(_score_bound(k, n, z, upper=False), abs=1e-9)
+    assert hi == pytest.approx(_score_bound(k, n, z, upper=True), abs=1e-9)
+
+
+def _coverage(interval, truth: float, draw, trials: int = 3000) -> float:
+    rng = np.random.default_rng(0)
+    hits = 0
+    for _ in range(trials):
+        lo, hi = interval(*draw(rng))
+        hits += lo - 1e-12 <= truth <= hi + 1e-12
+    return hits / trials
+
+
+def test_accuracy_intervals_cover_the_truth_where_the_bootstrap_does_not():
+    """Ten examples of a 95%-accurate model: the bootstrap's interval is [100, 100] whenever all ten are right
+    (60% of the time), so it misses the truth; Wilson's stays near its 95% (here 91%: its coverage dips where
+    the truth sits just below a possible score, Brown, Cai and DasGupta 2001)."""
+    n, p = 10, 0.95
+
+    def draw(rng):
+        return ((rng.random(n) < p) * 100.0,)
+
+    assert _coverage(lambda x: bootstrap_mean_ci(x, n_boot=200), 95.0, draw, 500) < 0.5
+    assert _coverage(mean_ci, 95.0, draw) >= 0.90
+
+
+@pytest.mark.parametrize(("n", "p_both", "p_only_a", "p_only_b"), [(20, 0.5, 0.2, 0.05), (10, 0.8, 0.1, 0.0),
+                                                                  (50, 0.3, 0.1, 0.1)])
+def test_paired_accuracy_differences_cover_the_truth(n, p_both, p_only_a, p_only_b):
+    probs = [p_both, p_only_a, p_only_b, 1 - p_both - p_only_a - p_only_b]
+
+    def draw(rng):
+        kind = rng.choice(4, size=n, p=probs)
+        return (np.isin(kind, [0, 1]) * 100.0).tolist(), (np.isin(kind, [0, 2]) * 100.0).tolist()
+
+    truth = 100 * (p_only_a - p_only_b)
+    assert _coverage(lambda a, b: difference_ci(a, b)[1:], truth, draw) >= 0.93
+
+
+def test_newcombe_is_antisymmetric_and_bounded():
+    a = [True] * 6 + [False] * 4
+    b = [True] * 3 + [False] * 7
+    d, lo, hi = newcombe_paired_ci(a, b)
+    d2, lo2, hi2 = newcombe_paired_ci(b, a)
+    assert d == pytest.approx(0.3) and (d2, lo2, hi2) == pytest.approx((-d, -hi, -lo))
+    assert -1 <= lo < d < hi <= 1
+    same = newcombe_paired_ci(a, a)
+    assert same[0] == 0 and same[1] < 0 < same[2]  # no example differs, yet ten examples leave room
+
+
+def test_accuracy_cells_render_score_intervals(tmp_path):
+    store = ResultsStore(tmp_path)
+    for method, right in (("none", 10), ("pmax", 7)):
+        key = f"m|{method}|passkey|20k"
+        for i in range(10):
+            store.append_record(key, {"id": f"0-{i}", "config_hash": method, "scores": {"accuracy": 100.0 * (i < right)}})
+        store.append_rows([{"paper": "A", "table": "4", "model": "m", "method": method, "task": "passkey",
+                            "setting": "20k", "metric": "accuracy", "value": 10.0 * right, "n": 10, "status": "ok",
+                            "cell": key, "config_hash": method, "timestamp": f"2026-01-01T00:00:0{right - 5}"}],
+                          key, method)
+    iv = table_intervals(store, latest_ok(store.read()), {"passkey"}, {"accuracy"})
+    full = iv[("m", "none", "passkey", "20k", "accuracy")]
+    assert (full.low, full.high) == pytest.approx(tuple(100 * x for x in wilson_ci(10, 10)))
+    assert full.low < 75
+    pm = iv[("m", "pmax", "passkey", "20k", "accuracy")]
+    assert (pm.delta, pm.delta_low, pm.delta_high) == pytest.approx(
+        tuple(100 * x for x in newcombe_paired_ci([i < 7 for i in range(10)], [True] * 10)))
+    from lengthx.report.tables.paper_a import TABLE4
+
+    text = render(TABLE4, store.read(), store=store).markdown
+    assert "100 [72, 100]" in text and "Wilson score interval" in text and "bootstrap" not in text

@@ -62,7 +62,9 @@ def test_run_writes_rows_and_tables(tiny_model_dir, tmp_path):
     log_row = next(line for line in md if line.startswith("| w/ log")).split("|")[1:-1]
     for row, method in ((base, "none"), (log_row, "log")):
         want = acc[acc["method"] == method].set_index("setting")["value"]
-        assert [c.strip() for c in row[12:17]] == [f"{want[s]:.0f}" for s in ["20k", "30k", "40k", "50k", "55k"]]
+        # each value with its 95% interval over the cell's 2 examples (Wilson: each example right or wrong)
+        assert [c.strip().split(" [")[0] for c in row[12:17]] == [f"{want[s]:.0f}" for s in ["20k", "30k", "40k", "50k", "55k"]]
+        assert all(" [" in c and c.strip().endswith("]") for c in row[12:17])
     assert r"\toprule" in tex and r"w/ $\log_{L_{ex}} L_{tr}$" in tex and "mini-T5" in tex
 
 

@@ -10,6 +10,12 @@ committed beside ``results.csv``:
   (and, in the mini profile, the same text at every length) this is the interval that says whether a
   temperature helps.
 
+Scores that are right or wrong per example (retrieval and QA accuracy: 0 or 100) get score intervals
+instead, since a bootstrap of 10 all-correct examples is the empty interval [100, 100]: the Wilson score
+interval for a cell (:func:`wilson_ci`) and Newcombe's hybrid score interval for a paired difference of
+proportions (:func:`newcombe_paired_ci`; Newcombe 1998, "Improved confidence intervals for the difference
+between binomial proportions based on paired data", method 10).
+
 Only records written under the row's own ``config_hash`` count, so an interval always belongs to the value
 beside it.
 """
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
@@ -53,6 +60,39 @@ def paired_difference_ci(a: Sequence[float], b: Sequence[float], level: float = 
     return float(d.mean()), lo, hi
 
 
+def wilson_ci(successes: int, n: int, level: float = LEVEL) -> tuple[float, float]:
+    """Wilson score interval of a proportion: the p whose score test ``|p̂ − p| / sqrt(p(1 − p)/n) ≤ z``
+    does not reject."""
+    if n <= 0 or not 0 <= successes <= n:
+        raise ValueError(f"a proportion needs 0 <= successes <= n and n > 0, got {successes} of {n}")
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return float(max(0.0, centre - half)), float(min(1.0, centre + half))
+
+
+def newcombe_paired_ci(a: Sequence[bool], b: Sequence[bool], level: float = LEVEL) -> tuple[float, float, float]:
+    """(p_a − p_b, lower, upper) for paired right/wrong outcomes: Newcombe's method 10, which combines the
+    Wilson intervals of both proportions with the phi correlation of the pairs (0 when a margin is empty),
+    as Fagerland, Lydersen and Laake (2014) state it."""
+    if len(a) != len(b) or not a:
+        raise ValueError(f"paired outcomes need the same, non-empty examples, got {len(a)} and {len(b)}")
+    x, y = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
+    n = x.size
+    both, only_a, only_b = int((x & y).sum()), int((x & ~y).sum()), int((~x & y).sum())
+    neither = n - both - only_a - only_b
+    p1, p2 = x.mean(), y.mean()
+    l1, u1 = wilson_ci(int(x.sum()), n, level)
+    l2, u2 = wilson_ci(int(y.sum()), n, level)
+    margins = (both + only_a) * (only_b + neither) * (both + only_b) * (only_a + neither)
+    phi = 0.0 if margins == 0 else (both * neither - only_a * only_b) / np.sqrt(margins)
+    delta = np.sqrt(max((p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2, 0.0))
+    epsilon = np.sqrt(max((u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2, 0.0))
+    diff = float(p1 - p2)
+    return diff, float(max(-1.0, diff - delta)), float(min(1.0, diff + epsilon))
+
+
 @dataclass(frozen=True)
 class CellInterval:
     """The interval of one cell, and its paired difference to τ = 1 when both cells have records."""
@@ -63,6 +103,7 @@ class CellInterval:
     delta: float | None = None
     delta_low: float | None = None
     delta_high: float | None = None
+    kind: str = "bootstrap"  # "score": Wilson (cell) and Newcombe (difference), the scores being right or wrong
 
 
 Key = tuple[str, str, str, str, str]  # (model, method, task, setting, metric)
@@ -88,12 +129,36 @@ def table_intervals(store: ResultsStore, ok: pd.DataFrame, tasks: set[str], metr
             scores[(r.model, r.method, r.task, str(r.setting), r.metric)] = got
     out: dict[Key, CellInterval] = {}
     for key, got in scores.items():
-        lo, hi = bootstrap_mean_ci(list(got.values()))
+        lo, hi = mean_ci(list(got.values()))
+        kind = "score" if is_right_or_wrong(list(got.values())) else "bootstrap"
         base = scores.get((key[0], "none", *key[2:]))
         if key[1] != "none" and base is not None and set(base) == set(got):
             ids = sorted(got)
-            delta, dlo, dhi = paired_difference_ci([got[i] for i in ids], [base[i] for i in ids])
-            out[key] = CellInterval(len(got), lo, hi, delta, dlo, dhi)
+            delta, dlo, dhi = difference_ci([got[i] for i in ids], [base[i] for i in ids])
+            if not is_right_or_wrong(list(base.values())):
+                kind = "bootstrap"
+            out[key] = CellInterval(len(got), lo, hi, delta, dlo, dhi, kind)
         else:
-            out[key] = CellInterval(len(got), lo, hi)
+            out[key] = CellInterval(len(got), lo, hi, kind=kind)
     return out
+
+
+def is_right_or_wrong(values: Sequence[float]) -> bool:
+    """Whether every score is 0 or 100 (accuracy in %, one example right or wrong)."""
+    return all(v in (0.0, 100.0) for v in values)
+
+
+def mean_ci(values: Sequence[float]) -> tuple[float, float]:
+    """A cell's interval: Wilson (in %) for right/wrong scores, else the bootstrap of the mean."""
+    if len(values) and is_right_or_wrong(values):
+        lo, hi = wilson_ci(sum(v == 100.0 for v in values), len(values))
+        return 100 * lo, 100 * hi
+    return bootstrap_mean_ci(values)
+
+
+def difference_ci(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
+    """A paired difference's interval: Newcombe's (in % points) for right/wrong scores, else the bootstrap."""
+    if len(a) and is_right_or_wrong(a) and is_right_or_wrong(b):
+        diff, lo, hi = newcombe_paired_ci([v == 100.0 for v in a], [v == 100.0 for v in b])
+        return 100 * diff, 100 * lo, 100 * hi
+    return paired_difference_ci(a, b)

@@ -58,6 +58,7 @@ TABLE4 = TableSpec(
     "aa_table4", "Paper A, Table 4: retrieval accuracy (%)",
     _retrieval("accuracy"), methods=TEMPERATURE_METHODS, avg=True, digits=0, bold=("Avg.",),
     paper_csv="attention-alignment-tables/table4.csv",
+    intervals=True,
 )
 
 
@@ -70,7 +71,7 @@ TABLE5 = TableSpec(
     + (avg_col("30 Docs, golden doc at different positions", "mdqa", _mdqa(30), "30docs@avg"),),
     methods=TEMPERATURE_METHODS, avg=False, digits=1, bold=("Avg.",),
     paper_csv="attention-alignment-tables/table5.csv",
-    improvement=("pmax", "none"),
+    improvement=("pmax", "none"), intervals=True,
 )
 
 

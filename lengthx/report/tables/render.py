@@ -179,10 +179,10 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
     markdown = _markdown(spec, groups, headers, body)
     if intervals:
         n = sorted({iv.n for iv in intervals.values()})
-        markdown += (f"\nBrackets: 95% bootstrap interval of the mean over the cell's examples "
-                     f"(n = {', '.join(map(str, n))}; {N_BOOT_TEXT}).\n")
+        kinds = "; ".join(INTERVAL_TEXT[k] for k in sorted({iv.kind for iv in intervals.values()}, reverse=True))
+        markdown += f"\nBrackets: 95% interval over the cell's examples (n = {', '.join(map(str, n))}; {kinds}).\n"
     if paired:
-        title = "Paired difference to τ = 1 on the same examples (mean, 95% bootstrap interval)"
+        title = "Paired difference to τ = 1 on the same examples (mean, 95% interval)"
         markdown += "\n" + _markdown(spec, groups, headers, paired).replace(spec.title, title, 1)
     derived = f"{spec.derive_title}: {'; '.join(notes)}." if notes else ""
     if derived:
@@ -281,7 +281,11 @@ def _beside_published(spec: TableSpec, cells: list[str], pub: list[str]) -> list
     return out
 
 
-N_BOOT_TEXT = "percentile bootstrap, 2000 resamples"
+INTERVAL_TEXT = {  # how the intervals of a table were drawn (lengthx.report.tables.intervals)
+    "score": ("each example right or wrong: Wilson score interval, and Newcombe's hybrid score interval for a "
+              "paired difference"),
+    "bootstrap": "percentile bootstrap of the mean, 2000 resamples",
+}
 
 
 def _deltas(spec: TableSpec, found: list[CellInterval | None]) -> list[str]:

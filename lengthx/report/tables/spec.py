@@ -64,7 +64,8 @@ class TableSpec:
     ``improvement`` ((method, baseline): a signed-difference row after the method's row).
     ``shared_rows``: methods whose row the paper prints once, after the last model (paper A Tables 8-10:
     τ = log_{L_ex} L_tr depends on the length only), so a planned cell of any model fills it.
-    ``intervals``: each cell carries its 95% bootstrap interval over examples and a second table gives each
+    ``intervals``: each cell carries its 95% interval over examples (Wilson for right/wrong scores, else the
+    bootstrap; :mod:`lengthx.report.tables.intervals`) and a second table gives each
     method's paired difference to τ = 1, both from the cells' records (:mod:`lengthx.report.tables.intervals`).
     ``paper_columns``: the published column each of ours is compared with, where the paper prints one number
     for several of our columns (paper A Table 10: one τ per document count, ours per calibrated gold position);
@@ -97,7 +98,7 @@ class TableSpec:
     shared_rows: tuple[str, ...] = ()  # methods the paper prints once for all models (log τ: L_ex, L_tr only)
     paper_reference: str | None = None  # published row group a stand-in is compared with, if not its paper_role
     extra_methods: bool = True  # also a row for methods the results hold beyond ``methods`` (False: exactly those)
-    intervals: bool = False  # 95% bootstrap interval beside each cell, paired differences to τ = 1 below (intervals.py)
+    intervals: bool = False  # 95% interval beside each cell, paired differences to τ = 1 below (intervals.py)
     paper_columns: tuple[int, ...] | None = None  # published column of each of ours (None: the same position)
 
     labels: tuple[tuple[str, str], ...] = ()  # (method, row label) pairs before METHOD_LABELS
