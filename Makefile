@@ -6,7 +6,7 @@ LX     := $(BIN)/lengthx
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-fast demo bench tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5-lm mini-t5-lm-study lint clean
+.PHONY: install test test-fast demo bench bench-gpu tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5-lm mini-t5-lm-study lint clean
 
 install: $(VENV)/.installed
 
@@ -41,6 +41,10 @@ bench: install
 	$(BIN)/python scripts/bench_alignment.py
 	$(BIN)/python scripts/bench_training_memory.py
 	$(BIN)/python scripts/bench_token_ids.py
+
+# Both papers at the paper models' shapes on one GPU (about 10 minutes): results/bench/gpu.md
+bench-gpu: install
+	$(BIN)/python scripts/bench_gpu.py
 
 tables: install
 	$(LX) tables

@@ -35,6 +35,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("plain", "chunk-0.25", "prefix-0.25", "full")
@@ -59,8 +60,9 @@ def _reset_hwm() -> bool:
         return False
 
 
-def _build_model(family: str, args: argparse.Namespace):
-    """A small causal LM of ``family`` from a config (random weights), positions up to L_t as built."""
+def build_model(family: str, args: argparse.Namespace) -> Any:
+    """A causal LM of ``family`` from a config (random weights, fp32), positions up to L_t as built: ``args``
+    gives ``vocab``, ``l_t``, ``d_model``, ``layers`` (heads = d_model / 64) and ``attn``."""
     import torch
 
     torch.manual_seed(0)
@@ -85,30 +87,58 @@ def _build_model(family: str, args: argparse.Namespace):
     return model
 
 
+def make_batches(method: Any, l_t: int, l_e: int, steps: int, batch: int, vocab: int, device: Any) -> list[dict]:
+    """``steps`` batches of ``batch`` random token sequences, each cut by ``method`` (a ``SegmentMethod``) with
+    the project's collator (``collate_segmented``; one sampling generator per sequence, as the loop does)."""
+    import torch
+
+    from lengthx.segmented.sampling import collate_segmented, sample_generator
+
+    source = method.source_length(l_t, l_e)
+    g = torch.Generator().manual_seed(1)
+    batches = []
+    for step in range(steps):
+        seqs = [torch.randint(0, vocab, (source,), generator=g) for _ in range(batch)]
+        gens = [sample_generator(0, step * batch + i) for i in range(batch)]
+        batches.append({k: v.to(device) for k, v in collate_segmented(seqs, method, l_t, gens).items()})
+    return batches
+
+
+def train_step(model: Any, optimizer: Any, batch: dict, autocast: Any = None) -> Any:
+    """One optimizer step of the training loop (``segmented_forward``, ``causal_lm_loss``, backward, AdamW)
+    under ``autocast`` (a context such as ``torch.autocast``; none = the model's own precision); the loss."""
+    from contextlib import nullcontext
+
+    from lengthx.segmented.loop import causal_lm_loss
+    from lengthx.segmented.models import segmented_forward
+
+    with autocast if autocast is not None else nullcontext():
+        out = segmented_forward(model, batch["input_ids"], batch["position_ids"], batch["attention_mask"])
+        loss = causal_lm_loss(out.logits, batch["labels"])
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
 def _child(family: str, variant: str, args: argparse.Namespace) -> dict:
     import torch
 
-    from lengthx.segmented.loop import build_optimizer, causal_lm_loss
-    from lengthx.segmented.models import prepare_for_length, segmented_forward
-    from lengthx.segmented.sampling import SegmentMethod, collate_segmented, sample_generator
+    from lengthx.segmented.loop import build_optimizer
+    from lengthx.segmented.models import prepare_for_length
+    from lengthx.segmented.sampling import SegmentMethod
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     l_t, l_e = args.l_t, L_E_FACTOR * args.l_t
-    model = _build_model(family, args)
+    model = build_model(family, args)
     method = SegmentMethod.parse("da" if variant == "plain" else variant)  # da = whole L_t sequences
-    source = method.source_length(l_t, l_e)
     if variant != "plain":
         prepare_for_length(model, family, l_e)  # GPT-2: wpe interpolated to L_e; NeoX: RoPE maximum raised
     model.to(device).train()
     optimizer = build_optimizer(model, lr=1e-4, weight_decay=0.1, betas=(0.9, 0.95))
-    g = torch.Generator().manual_seed(1)
-    batches = []
-    for step in range(args.steps):
-        seqs = [torch.randint(0, args.vocab, (source,), generator=g) for _ in range(args.batch)]
-        gens = [sample_generator(0, step * args.batch + i) for i in range(args.batch)]
-        batches.append({k: v.to(device) for k, v in collate_segmented(seqs, method, l_t, gens).items()})
+    batches = make_batches(method, l_t, l_e, args.steps, args.batch, args.vocab, device)
     train_len = int(batches[0]["input_ids"].shape[1])
     max_pos = int(batches[0]["position_ids"].max()) + 1
 
@@ -122,13 +152,7 @@ def _child(family: str, variant: str, args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     losses = []
     for batch in batches:
-        out = segmented_forward(model, batch["input_ids"], batch["position_ids"], batch["attention_mask"])
-        loss = causal_lm_loss(out.logits, batch["labels"])
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(float(loss))
-        del out, loss
+        losses.append(float(train_step(model, optimizer, batch)))
     if cuda:
         torch.cuda.synchronize()
     seconds = (time.perf_counter() - t0) / len(batches)
