@@ -179,3 +179,24 @@ def test_flex_matches_stock_on_cuda():  # pragma: no cover - needs a GPU
     enable_efficient_t5(model, mode="always", backend="flex")
     ref = _logits(stock, ids.cuda(), mask.cuda(), dec.cuda())
     assert (_logits(model, ids.cuda(), mask.cuda(), dec.cuda()) - ref).abs().max().item() <= 1e-3
+
+
+def test_flex_gets_the_modules_own_scale_at_every_tau(monkeypatch):
+    """FlexAttention compiles per distinct ``scale``: τ is applied in ``score_mod``, so the scale passed is the
+    module's own (T5: 1.0) exactly, never (1/τ)·τ (0.9999999999999999 at τ = 0.95, a recompile per τ)."""
+    import lengthx.attention.t5_bias as t5_bias
+
+    seen = []
+
+    def spy(query, key, value, table, q_len, keep, scaling, tau):
+        seen.append((scaling, tau))
+        return torch.zeros_like(query)
+
+    monkeypatch.setattr(t5_bias, "flex_attend", spy)
+    model = tiny_t5()
+    enable_efficient_t5(model, mode="always", backend="flex")
+    ids, mask, dec = _batch(40, padded=False)
+    for tau in (1.0, 0.95, 0.7):
+        set_temperature(get_family("t5").temperature_modules(model, "encoder"), tau)
+        _logits(model, ids, None, dec)
+    assert {s for s, _ in seen} == {1.0} and {t for _, t in seen} == {1.0, 0.95, 0.7}

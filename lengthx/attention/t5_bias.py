@@ -168,7 +168,8 @@ class RelativeBiasTable:
         if (q_len, k_len) != (self.query_length, self.key_length) or key.shape[1] != h:
             raise ValueError(f"relative bias table for {self.query_length}x{self.key_length} used on "
                              f"{q_len}x{k_len} attention")
-        scale = (d ** -0.5 if call.scaling is None else call.scaling) / tau
+        base_scale = d ** -0.5 if call.scaling is None else call.scaling
+        scale = base_scale / tau
         p_drop = call.dropout if module.training else 0.0
         mask = call.attention_mask
         backend = self.backend
@@ -180,7 +181,8 @@ class RelativeBiasTable:
             keep = key_keep(mask, b, k_len)
             if keep is not None or mask is None:
                 try:
-                    out = flex_attend(query, key, value, self.table, q_len, keep, scale * tau, tau)
+                    # the module's own scale, not scale·τ (1/0.95·0.95 != 1.0 would recompile the kernel)
+                    out = flex_attend(query, key, value, self.table, q_len, keep, base_scale, tau)
                     return out.transpose(1, 2).contiguous()
                 except Exception as err:  # noqa: BLE001 - any compile/runtime failure: fall back, loudly
                     if self.backend == "flex":
