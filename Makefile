@@ -6,7 +6,7 @@ LX     := $(BIN)/lengthx
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-fast demo bench bench-gpu tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5-lm mini-t5-lm-study lint clean
+.PHONY: install test test-fast demo bench gpu-wheels bench-gpu tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5-lm mini-t5-lm-study lint clean
 
 install: $(VENV)/.installed
 
@@ -41,6 +41,10 @@ bench: install
 	$(BIN)/python scripts/bench_alignment.py
 	$(BIN)/python scripts/bench_training_memory.py
 	$(BIN)/python scripts/bench_token_ids.py
+
+# Pure-Python packages a bare GPU machine may lack (docs/gpu.md), as wheels in .whl/ (git-ignored).
+gpu-wheels: install
+	$(BIN)/python -m pip wheel -q --no-deps -w .whl wonderwords==3.0.1 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3
 
 # Both papers at the paper models' shapes on one GPU (about 10 minutes): results/bench/gpu.md
 bench-gpu: install

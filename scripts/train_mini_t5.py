@@ -226,12 +226,12 @@ def exact_match(model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast,
 
 # ---------------------------------------------------------------------------------------------- export
 def export(model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast, path: Path) -> None:
-    """fp16 safetensors + config + tokenizer in ``path`` (loadable by ``from_pretrained``)."""
+    """fp16 safetensors (shards of at most 12 MB) + config + tokenizer in ``path`` (``from_pretrained`` loads it)."""
     path.mkdir(parents=True, exist_ok=True)
     half = T5ForConditionalGeneration(model.config)
     half.load_state_dict({k: v.detach().float().cpu() for k, v in model.state_dict().items()})
     half.generation_config = model.generation_config
-    half.half().save_pretrained(str(path))
+    half.half().save_pretrained(str(path), max_shard_size="12MB")  # shards small enough for any file limit
     tok.save_pretrained(str(path))
 
 
