@@ -409,3 +409,21 @@ def test_a_changed_base_checkpoint_is_not_resumed_silently(models, corpus, tmp_p
     save_file({k: v + 0.01 for k, v in weights.items()}, base / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(FileExistsError, match="trained from other weights"):
         train(compose_train_config(ov))
+
+
+def test_an_archive_is_hashed_once_and_again_when_it_changes(tmp_path, monkeypatch):
+    """The archive's digest keys both its extraction and the piece cache: read once, never stale."""
+    import hashlib
+
+    from lengthx.data import corpora
+
+    archive = tmp_path / "a.tar.xz"
+    archive.write_bytes(b"first")
+    reads = []
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: reads.append(self) or real(self))
+    assert corpora.file_sha256(archive) == corpora.file_sha256(str(archive)) == hashlib.sha256(b"first").hexdigest()
+    assert len(reads) == 1
+    archive.write_bytes(b"second, longer")
+    os.utime(archive, ns=(1, 1))
+    assert corpora.file_sha256(archive) == hashlib.sha256(b"second, longer").hexdigest()

@@ -181,6 +181,18 @@ def cache_root(data_cfg: Any) -> Path:
     return Path(data_cfg.get("cache_dir") or os.environ.get("LENGTHX_CACHE") or "~/.cache/lengthx").expanduser()
 
 
+def file_sha256(path: str | Path) -> str:
+    """The sha256 of a file's bytes, read once per (path, size, modification time)."""
+    p = Path(path).expanduser().resolve()
+    st = p.stat()
+    return _sha256_of(str(p), st.st_size, st.st_mtime_ns)
+
+
+@lru_cache(maxsize=16)
+def _sha256_of(path: str, size: int, mtime_ns: int) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def extract_archive(archive: str | Path, cache: Path, sha256: str | None = None) -> Path:
     """The directory the ``.tar.xz`` of documents is extracted to (once, keyed by the archive's sha256)."""
     import tarfile
@@ -189,7 +201,7 @@ def extract_archive(archive: str | Path, cache: Path, sha256: str | None = None)
     if not path.is_file():
         raise FileNotFoundError(f"data.archive: {path} does not exist (the corpora ship with the repository, not "
                                 "with a wheel): pass data.archive=/path/to/archive.tar.xz (corpora/README.md)")
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = file_sha256(path)
     if sha256 and digest != sha256:
         raise ValueError(f"data.archive: {path} has sha256 {digest}, not the pinned data.archive_sha256={sha256}")
     out = cache / "corpora" / digest[:16]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
-from lengthx.data.corpora import cache_root, load_documents, resolve_source
+from lengthx.data.corpora import cache_root, file_sha256, load_documents, resolve_source
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -55,7 +55,7 @@ def piece_dataset(data_cfg: Any, tokenizer: Any, split: str, length: int, profil
         if k not in ("cache_dir", "num_proc")
     }
     if source == "archive" and Path(str(data_cfg.archive)).expanduser().is_file():  # cache follows the archive's contents, not its path
-        keyed["archive"] = hashlib.sha256(Path(str(data_cfg.archive)).expanduser().read_bytes()).hexdigest()
+        keyed["archive"] = file_sha256(str(data_cfg.archive))
     key = hashlib.sha256(
         json.dumps(
             [keyed, source, split, int(length), tokenizer_fingerprint(tokenizer)], sort_keys=True, default=str
