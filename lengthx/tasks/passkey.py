@@ -29,6 +29,7 @@ INTRO = (
 )
 FILLER_UNIT = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 QUESTION = "What is the pass key? The pass key is"
+KEY_LINE = "The pass key is {key}. Remember it. {key} is the pass key."
 MAX_KEY = 50000
 
 
@@ -44,8 +45,8 @@ def passkey_prompt(key: int, n_garbage: int, prefix_chars: int) -> str:
     Prefix and suffix are each cut from the start of the filler (:func:`filler`), as upstream does."""
     if not 0 <= prefix_chars <= n_garbage:
         raise ValueError(f"prefix_chars={prefix_chars} must lie in [0, n_garbage={n_garbage}]")
-    key_line = f"The pass key is {key}. Remember it. {key} is the pass key."
-    return "\n".join([INTRO, filler(prefix_chars), key_line, filler(n_garbage - prefix_chars), QUESTION])
+    return "\n".join([INTRO, filler(prefix_chars), KEY_LINE.format(key=key), filler(n_garbage - prefix_chars),
+                      QUESTION])
 
 
 @dataclass(frozen=True)

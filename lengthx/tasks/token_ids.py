@@ -118,8 +118,7 @@ class PasskeyIds:
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, l_max: int, device: torch.device | str = "cpu"):
         self.l_max, self.device = l_max, device
-        line = "The pass key is {k}. Remember it. {k} is the pass key."
-        a, b, c = line.split("{k}")
+        a, b, c = passkey.KEY_LINE.split("{key}")
         nl = "\n"
         self.intro = ids_after(tokenizer, "", passkey.INTRO + nl)
         self.key_a = ids_after(tokenizer, nl, a.rstrip())  # "The pass key is"; the space goes with the key
