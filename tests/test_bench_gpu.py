@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "bench_gpu.py"
-CPU_VARIANTS = ("stock-sdpa", "lengthx-sdpa", "dense+stats", "lengthx+stats", "lengthx+stats[gpu tiles]")
+CPU_VARIANTS = ("stock-sdpa", "lengthx-sdpa", "dense+stats", "lengthx+stats", "lengthx+stats[per-head tiles]")
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def test_item1_cpu_variants_have_times_and_flex_is_cuda_only(smoke):
             assert number(by_variant[v]["runs"]) >= 1
         assert number(by_variant["lengthx-sdpa"]["× stock time"]) > 0
         # statistics captured on the dense bias and on the offset table agree
-        pmax = [number(by_variant[v]["S̄ P_max"]) for v in ("dense+stats", "lengthx+stats", "lengthx+stats[gpu tiles]")]
+        pmax = [number(by_variant[v]["S̄ P_max"]) for v in ("dense+stats", "lengthx+stats", "lengthx+stats[per-head tiles]")]
         assert max(pmax) - min(pmax) < 1e-2 and 0 < min(pmax) <= 1
         assert by_variant["lengthx-flex"]["time s"] == "n/a (CUDA only)"
         assert by_variant["stock-sdpa"]["peak GiB"] == "n/a (CPU)"

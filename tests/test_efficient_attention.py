@@ -200,3 +200,31 @@ def test_flex_gets_the_modules_own_scale_at_every_tau(monkeypatch):
         set_temperature(get_family("t5").temperature_modules(model, "encoder"), tau)
         _logits(model, ids, None, dec)
     assert {s for s, _ in seen} == {1.0} and {t for _, t in seen} == {1.0, 0.95, 0.7}
+
+
+def test_the_device_blocks_give_the_tiles_outputs_and_statistics(monkeypatch):
+    """On an accelerator the explicit path runs over blocks of query rows of all heads (few large kernels);
+    run here on the CPU, it gives the per-head tiles' encoder output, P_max, entropy and layer-0 logit vector."""
+    import lengthx.attention.tiled_softmax as tiled
+
+    ids, mask, _ = _batch(500, padded=True)
+    model = tiny_t5()
+    enable_efficient_t5(model, mode="always", backend="explicit")
+    modules = get_family("t5").temperature_modules(model, "encoder")
+    set_temperature(modules, 0.7)
+
+    def encode():
+        with torch.no_grad(), AttentionStats(modules, logit_vector=True) as stats:
+            out = model.encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+        return out, stats.pmax(), stats.entropy(), stats.logit_vector(0.7)
+
+    tiles = encode()
+    monkeypatch.setattr(tiled, "TILED_DEVICES", ())
+    monkeypatch.setattr(tiled, "DEVICE_BLOCK_ELEMENTS", 3 * 4 * 500 * 40)  # several blocks of 40 rows
+    seen = []
+    real = tiled._explicit_blocks
+    monkeypatch.setattr(tiled, "_explicit_blocks", lambda call, n: seen.append(n) or real(call, n))
+    blocks = encode()
+    assert seen and set(seen) == {tiled.DEVICE_BLOCK_ELEMENTS}
+    for a, b in zip(tiles, blocks, strict=True):
+        assert torch.allclose(a.float(), b.float(), atol=1e-5, rtol=1e-5), (a - b).abs().max()

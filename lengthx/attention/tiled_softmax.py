@@ -8,7 +8,8 @@ softmax((QKᵀ·scaling + bias)/τ + mask)·V from it, with the mask *not* scale
 * :func:`explicit_attention`: the explicit softmax over tiles of one example, one head and a block of
   queries, about :data:`BLOCK_ELEMENTS` scores each, written into a preallocated output. P_max and entropy
   (Algorithm 1) and the layer-0 logit vector (Propositions 1-2) are read from the same tile
-  (``lengthx.attention.stats``). With gradients it runs out of place (training).
+  (``lengthx.attention.stats``). With gradients (training), and on accelerators, it runs out of place over
+  blocks of query rows of all heads at once (:data:`DEVICE_BLOCK_ELEMENTS` scores there).
 * :func:`flex_attend`: FlexAttention with the table indexed in ``score_mod`` (CUDA; on CPU it runs only
   through ``torch.compile`` and is slower there, so it is never chosen automatically on CPU).
 
@@ -40,6 +41,12 @@ MIN_BLOCK_ROWS = 32
 # statistics nearly free: they add one out-of-place shift into a chunk-sized scratch buffer and one fused
 # read of two L2-resident chunks (``stats.softmax_sums_``).
 CHUNK_ELEMENTS = 1 << 17
+# On an accelerator a tile per (example, head) would launch tens of kernels per few thousand scores: there the
+# explicit path takes blocks of query rows over all examples and heads at once (``_explicit_blocks``), each of
+# about this many scores (1 GiB in fp32), so a layer at 15k tokens is a few dozen blocks, and the memory of a
+# block stays the same at every length.
+DEVICE_BLOCK_ELEMENTS = 1 << 28
+TILED_DEVICES = ("cpu",)  # device types that take the per-head tiles; every other type takes the blocks
 
 
 def offset_view(flipped: torch.Tensor, key_length: int, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
@@ -95,7 +102,10 @@ def explicit_attention(call: ExplicitCall) -> None:
     """
     if torch.is_grad_enabled() and any(t.requires_grad for t in (call.query, call.key_f, call.value_f,
                                                                   call.flipped)):
-        _explicit_autograd(call)
+        _explicit_blocks(call, BLOCK_ELEMENTS)
+        return
+    if call.query.device.type not in TILED_DEVICES:
+        _explicit_blocks(call, DEVICE_BLOCK_ELEMENTS)
         return
     module, query, key_f, value_f, mask, stats, out = (call.module, call.query, call.key_f, call.value_f,
                                                         call.mask, call.stats, call.out)
@@ -153,17 +163,17 @@ def explicit_attention(call: ExplicitCall) -> None:
         stats.add_rows(module, *stats_from_sums(row_z, row_w), row_ok)
 
 
-def _explicit_autograd(call: ExplicitCall) -> None:
-    """The explicit path out of place, for training (gradients flow to Q, K, V and the bias table).
-
-    Query blocks over all heads; statistics (if any) from a detached copy of the scores. Writes the block
-    outputs into ``out`` with autograd-tracked copies.
+def _explicit_blocks(call: ExplicitCall, block_elements: int) -> None:
+    """The explicit path out of place, over blocks of query rows of all examples and heads (about
+    ``block_elements`` scores each): for training (gradients flow to Q, K, V and the bias table) and on
+    accelerators (few, large kernels). Statistics (if any) from a detached copy of the scores. Writes the
+    block outputs into ``out`` (autograd-tracked copies when training).
     """
     module, query, key_f, value_f, mask, stats, out = (call.module, call.query, call.key_f, call.value_f,
                                                         call.mask, call.stats, call.out)
     b, h, q_len, _ = query.shape
     n = call.k1 - call.k0
-    rows = min(q_len, max(MIN_BLOCK_ROWS, BLOCK_ELEMENTS // max(1, b * h * n)))
+    rows = min(q_len, max(MIN_BLOCK_ROWS, block_elements // max(1, b * h * n)))
     independent = mask is not None and query_independent(mask)
     pmaxes, entropies, oks = [], [], []
     for q0 in range(0, q_len, rows):
@@ -178,7 +188,7 @@ def _explicit_autograd(call: ExplicitCall) -> None:
         if stats is not None:
             rv, kv = _row_validity(call.row_range, mblk, q0, q1, b, n, x.device)
             if stats.wants_logits(module):
-                stats.add_logits(module, logits.detach(), rv, kv, tau=call.tau)
+                stats.add_logits(module, logits.detach(), rv, kv, tau=call.tau, grid_hint=call.grid_hint)
             _, _, pmax, entropy = softmax_stats_(x.detach().float().clone())
             pmaxes.append(pmax)
             entropies.append(entropy)
