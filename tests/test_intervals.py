@@ -173,3 +173,25 @@ def test_accuracy_cells_render_score_intervals(tmp_path):
 
     text = render(TABLE4, store.read(), store=store).markdown
     assert "100 [72, 100]" in text and "Wilson score interval" in text and "bootstrap" not in text
+
+
+def test_paper_b_cells_pair_with_ootb_under_their_trained_run(tmp_path):
+    """Paper B's rows read runs trained for a column's length (``chunk-0.25@2L_t``); their intervals do too,
+    and the paired differences are to OOTB on the same sequences, under a header per model."""
+    from lengthx.report.tables import TABLES
+
+    store = ResultsStore(tmp_path)
+    ppl = {"ootb": [30.0, 42.0, 35.0, 50.0], "chunk-0.25@2L_t": [25.0, 40.0, 31.0, 41.0]}
+    for method, values in ppl.items():
+        key = f"gpt2|{method}|segmented_ppl|2L_t"
+        for i, v in enumerate(values):
+            store.append_record(key, {"id": f"doc#{i}", "config_hash": method, "scores": {"ppl": v}})
+        store.append_rows([{"paper": "B", "table": "3", "model": "gpt2", "method": method, "task": "segmented_ppl",
+                            "setting": "2L_t", "metric": "ppl", "value": sum(values) / 4, "n": 4, "status": "ok",
+                            "cell": key, "config_hash": method, "timestamp": "2026-01-01T00:00:00"}], key, method)
+    text = render(TABLES["sb_table3"], store.read(), store=store).markdown
+    lo, hi = bootstrap_mean_ci(ppl["chunk-0.25@2L_t"])
+    assert f"| w/ chunk-0.25 | 34.250 [{lo:.3f}, {hi:.3f}] |" in text
+    paired = text.split("Paired difference to OOTB on the same examples")[1]
+    d, dlo, dhi = paired_difference_ci(ppl["chunk-0.25@2L_t"], ppl["ootb"])
+    assert "| **GPT-2** |" in paired and f"| w/ chunk-0.25 | {d:.3f} [{dlo:.3f}, {dhi:.3f}] |" in paired

@@ -5,8 +5,8 @@ sequences"; Tables 6, 12, 13: exact match and edit similarity). Two intervals ar
 committed beside ``results.csv``:
 
 - :func:`bootstrap_mean_ci`: the percentile bootstrap of the mean over examples;
-- :func:`paired_difference_ci`: a method's paired difference to τ = 1 (method ``none``) on the same
-  example ids, the percentile bootstrap of the mean difference. With the same examples at every method
+- :func:`paired_difference_ci`: a method's paired difference to τ = 1 (method ``none``; paper B's tables:
+  OOTB) on the same example ids, the percentile bootstrap of the mean difference. With the same examples at every method
   (and, in the mini profile, the same text at every length) this is the interval that says whether a
   temperature helps.
 
@@ -116,8 +116,11 @@ def cell_scores(store: ResultsStore, row: pd.Series | object, metric: str) -> di
             if r.get("config_hash") == row.config_hash and metric in r.get("scores", {})}
 
 
-def table_intervals(store: ResultsStore, ok: pd.DataFrame, tasks: set[str], metrics: set[str]) -> dict[Key, CellInterval]:
-    """Intervals of every latest-``ok`` cell of ``tasks`` × ``metrics`` whose records are all present.
+def table_intervals(store: ResultsStore, ok: pd.DataFrame, tasks: set[str], metrics: set[str],
+                    baseline: str = "none") -> dict[Key, CellInterval]:
+    """Intervals of every latest-``ok`` cell of ``tasks`` × ``metrics`` whose records are all present, each
+    with its paired difference to the ``baseline`` method's cell of the same model and setting (τ = 1 by
+    default; paper B: OOTB) when both scored the same examples.
 
     A cell whose records are missing or fewer than its row's ``n`` gets no interval (never a partial one).
     """
@@ -131,8 +134,8 @@ def table_intervals(store: ResultsStore, ok: pd.DataFrame, tasks: set[str], metr
     for key, got in scores.items():
         lo, hi = mean_ci(list(got.values()))
         kind = "score" if is_right_or_wrong(list(got.values())) else "bootstrap"
-        base = scores.get((key[0], "none", *key[2:]))
-        if key[1] != "none" and base is not None and set(base) == set(got):
+        base = scores.get((key[0], baseline, *key[2:]))
+        if key[1] != baseline and base is not None and set(base) == set(got):
             ids = sorted(got)
             delta, dlo, dhi = difference_ci([got[i] for i in ids], [base[i] for i in ids])
             if not is_right_or_wrong(list(base.values())):

@@ -110,17 +110,27 @@ def _value(index: dict, spec: TableSpec, model: str, method: str, col: Column, m
     return one(col.setting)
 
 
+def _interval(intervals: dict, spec: TableSpec, model: str, method: str, col: Column,
+              metric: str) -> CellInterval | None:
+    """The interval of the cell :func:`_value` reads (none for an average of several cells)."""
+    if col.average_of:
+        return None
+    if spec.method_at_setting and (model, f"{method}@{col.setting}", col.task, col.setting, metric) in intervals:
+        return intervals[(model, f"{method}@{col.setting}", col.task, col.setting, metric)]
+    return intervals.get((model, method, col.task, col.setting, metric))
+
+
 def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
            store: ResultsStore | None = None) -> Rendered:
     """Render ``spec`` from results rows (both formats), listing missing cells.
 
     With ``store`` (the results' directory) a spec with ``intervals`` shows each cell's 95% interval from its
-    records, and the Markdown gains a table of paired differences to τ = 1."""
+    records, and the Markdown gains a table of paired differences to ``spec.paired_with`` (τ = 1, or OOTB)."""
     ok = latest_ok(df)
     notes: list[str] = []
     if spec.derive is not None and not ok.empty:
         ok, notes = spec.derive(ok)
-    intervals = table_intervals(store, ok, spec.tasks, {c.metric for c in spec.columns}) \
+    intervals = table_intervals(store, ok, spec.tasks, {c.metric for c in spec.columns}, spec.paired_with) \
         if spec.intervals and store is not None else {}
     paired: list[tuple[str, list[str], bool]] = []
     info = model_info()
@@ -163,10 +173,12 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
             group_rows.append((len(body), vals))
             cells = _cells(spec, vals, published, role, method, row, compare_paper)
             if intervals:
-                found = [intervals.get((model, method, c.task, c.setting, metric or c.metric)) for c in spec.columns]
+                found = [_interval(intervals, spec, model, method, c, metric or c.metric) for c in spec.columns]
                 cells = [f"{c} [{_fmt(spec, iv.low)}, {_fmt(spec, iv.high)}]" if iv else c
                          for c, iv in zip(cells, [*found, None][:len(cells)], strict=True)]
                 if any(iv is not None and iv.delta is not None for iv in found):
+                    if not any(is_header and name == display for name, _, is_header in paired):
+                        paired.append((display, [""] * (len(spec.columns) + spec.avg), True))  # the model's group
                     paired.append((label if not is_model else display, _deltas(spec, found) + [""] * spec.avg,
                                    False))
             body.append((label, cells, is_model))
@@ -182,7 +194,9 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
         kinds = "; ".join(INTERVAL_TEXT[k] for k in sorted({iv.kind for iv in intervals.values()}, reverse=True))
         markdown += f"\nBrackets: 95% interval over the cell's examples (n = {', '.join(map(str, n))}; {kinds}).\n"
     if paired:
-        title = "Paired difference to τ = 1 on the same examples (mean, 95% interval)"
+        base = "τ = 1" if spec.paired_with == "none" else markdown_label(
+            dict(spec.labels).get(spec.paired_with) or METHOD_LABELS.get(spec.paired_with, spec.paired_with))
+        title = f"Paired difference to {base} on the same examples (mean, 95% interval)"
         markdown += "\n" + _markdown(spec, groups, headers, paired).replace(spec.title, title, 1)
     derived = f"{spec.derive_title}: {'; '.join(notes)}." if notes else ""
     if derived:

@@ -98,7 +98,8 @@ class TableSpec:
     shared_rows: tuple[str, ...] = ()  # methods the paper prints once for all models (log τ: L_ex, L_tr only)
     paper_reference: str | None = None  # published row group a stand-in is compared with, if not its paper_role
     extra_methods: bool = True  # also a row for methods the results hold beyond ``methods`` (False: exactly those)
-    intervals: bool = False  # 95% interval beside each cell, paired differences to τ = 1 below (intervals.py)
+    intervals: bool = False  # 95% interval beside each cell, paired differences to ``paired_with`` below (intervals.py)
+    paired_with: str = "none"  # the row the paired differences are to: τ = 1 (paper A), OOTB (paper B)
     paper_columns: tuple[int, ...] | None = None  # published column of each of ours (None: the same position)
 
     labels: tuple[tuple[str, str], ...] = ()  # (method, row label) pairs before METHOD_LABELS

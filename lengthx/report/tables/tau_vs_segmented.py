@@ -61,6 +61,7 @@ TAU_VS_SEGMENTED = TableSpec(
     cols("Perplexity", PPL, SETTINGS, "ppl"), methods=METHODS, avg=True, digits=3, extra_methods=False,
     models=MODELS, lower_is_better=True, bold=(*SETTINGS, "Avg."), labels=tuple(LABELS.items()), derive=with_best_rule,
     derive_title="best τ rule per model, chosen on OOTB (lowest mean perplexity)",
+    intervals=True, paired_with="ootb",
 )
 
 EXTENSION_SPECS: list[TableSpec] = [TAU_VS_SEGMENTED]
