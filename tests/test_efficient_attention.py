@@ -228,3 +228,20 @@ def test_the_device_blocks_give_the_tiles_outputs_and_statistics(monkeypatch):
     assert seen and set(seen) == {tiled.DEVICE_BLOCK_ELEMENTS}
     for a, b in zip(tiles, blocks, strict=True):
         assert torch.allclose(a.float(), b.float(), atol=1e-5, rtol=1e-5), (a - b).abs().max()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the device block layout is exercised on CUDA")
+def test_statistics_on_cuda_match_the_cpu_tiles():  # pragma: no cover - needs a GPU
+    """On CUDA the explicit path takes blocks of all heads; its output and statistics equal the CPU tiles'."""
+    ids, mask, _ = _batch(600, padded=True)
+    results = []
+    for device in ("cpu", "cuda"):
+        model = tiny_t5().to(device)
+        enable_efficient_t5(model, mode="always", backend="explicit")
+        modules = get_family("t5").temperature_modules(model, "encoder")
+        set_temperature(modules, 0.7)
+        with torch.no_grad(), AttentionStats(modules, logit_vector=True) as stats:
+            out = model.encoder(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
+        results.append((out.cpu(), stats.pmax(), stats.entropy(), stats.logit_vector(0.7)))
+    for a, b in zip(*results, strict=True):
+        assert torch.allclose(a.float(), b.float().cpu(), atol=1e-4, rtol=1e-4), (a - b.cpu()).abs().max()
