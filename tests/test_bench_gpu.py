@@ -51,14 +51,14 @@ def number(cell: str) -> float:
     return float(match.group(1).replace(",", ""))
 
 
-@pytest.mark.slow  # the smoke run takes ~20 s on two cores
+@pytest.mark.slow  # the module runs the whole smoke benchmark once
 def test_every_item_has_a_table(smoke):
     tabs, _ = smoke
     assert sorted(tabs) == ["1", "2", "3", "4"]
     assert all(tabs[item] for item in tabs), {k: len(v) for k, v in tabs.items()}
 
 
-@pytest.mark.slow  # the smoke run takes ~20 s on two cores
+@pytest.mark.slow  # the module runs the whole smoke benchmark once
 def test_item1_cpu_variants_have_times_and_flex_is_cuda_only(smoke):
     rows = smoke[0]["1"]
     lengths = sorted({r["L"] for r in rows})
@@ -76,7 +76,7 @@ def test_item1_cpu_variants_have_times_and_flex_is_cuda_only(smoke):
         assert by_variant["stock-sdpa"]["peak GiB"] == "n/a (CPU)"
 
 
-@pytest.mark.slow  # the smoke run takes ~20 s on two cores
+@pytest.mark.slow  # the module runs the whole smoke benchmark once
 def test_item2_efficient_paths_match_the_explicit_path(smoke):
     rows, raw = smoke[0]["2"], smoke[1]
     checked = 0
@@ -97,7 +97,7 @@ def test_item2_efficient_paths_match_the_explicit_path(smoke):
     assert len(oks) == checked and all(oks)
 
 
-@pytest.mark.slow  # the smoke run takes ~20 s on two cores
+@pytest.mark.slow  # the module runs the whole smoke benchmark once
 def test_item3_and_item4_have_measurements(smoke):
     tabs = smoke[0]
     searches = {(r["search"], r["row stride"]): r for r in tabs["3"]}
