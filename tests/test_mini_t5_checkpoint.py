@@ -43,10 +43,10 @@ def mini_t5():
     return model, tok
 
 
-def _generate(model, tok, prompts: list[str]) -> list[str]:
+def _generate(model, tok, prompts: list[str], max_new_tokens: int = 8) -> list[str]:
     enc = tok(prompts, return_tensors="pt", padding=True)
     with torch.no_grad():
-        ids = model.generate(**enc, max_new_tokens=8, do_sample=False, num_beams=1)
+        ids = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1)
     return tok.batch_decode(ids, skip_special_tokens=True)
 
 
@@ -106,9 +106,6 @@ def test_topics_at_l_tr_matches_the_model_card(mini_t5):
         pytest.skip("this checkpoint's card reports no topics accuracy")
     task = TopicsTask()
     examples = task.examples(Setting(str(l_tr), l_tr, "tokens"), tok, N, 920_000)
-    enc = tok([e.prompt for e in examples], return_tensors="pt", padding=True)
-    with torch.no_grad():
-        ids = model.generate(**enc, max_new_tokens=24, do_sample=False, num_beams=1)
-    outputs = tok.batch_decode(ids, skip_special_tokens=True)
+    outputs = _generate(model, tok, [e.prompt for e in examples], max_new_tokens=24)
     accuracy = sum(task.score(o, e)["accuracy"] for o, e in zip(outputs, examples, strict=True)) / N
     assert abs(accuracy - claimed) <= 15, f"topics EM {accuracy:.0f}% but the model card says {claimed:.0f}%"

@@ -131,18 +131,18 @@ def table_intervals(store: ResultsStore, ok: pd.DataFrame, tasks: set[str], metr
         if got and len(got) == int(r.n):
             scores[(r.model, r.method, r.task, str(r.setting), r.metric)] = got
     out: dict[Key, CellInterval] = {}
+    binary = {key: is_right_or_wrong(list(got.values())) for key, got in scores.items()}
     for key, got in scores.items():
         lo, hi = mean_ci(list(got.values()))
-        kind = "score" if is_right_or_wrong(list(got.values())) else "bootstrap"
-        base = scores.get((key[0], baseline, *key[2:]))
+        base_key = (key[0], baseline, *key[2:])
+        base = scores.get(base_key)
         if key[1] != baseline and base is not None and set(base) == set(got):
             ids = sorted(got)
             delta, dlo, dhi = difference_ci([got[i] for i in ids], [base[i] for i in ids])
-            if not is_right_or_wrong(list(base.values())):
-                kind = "bootstrap"
+            kind = "score" if binary[key] and binary[base_key] else "bootstrap"
             out[key] = CellInterval(len(got), lo, hi, delta, dlo, dhi, kind)
         else:
-            out[key] = CellInterval(len(got), lo, hi, kind=kind)
+            out[key] = CellInterval(len(got), lo, hi, kind="score" if binary[key] else "bootstrap")
     return out
 
 

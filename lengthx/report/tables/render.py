@@ -98,11 +98,16 @@ def _fmt(spec: TableSpec, v: float | None, signed: bool = False) -> str:
     return f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
 
 
+def _lookup(table: dict, spec: TableSpec, model: str, method: str, task: str, setting: str, metric: str) -> Any:
+    """``table``'s entry for one cell: paper B first under the run trained for the setting (``method@setting``)."""
+    if spec.method_at_setting and (model, f"{method}@{setting}", task, setting, metric) in table:
+        return table[(model, f"{method}@{setting}", task, setting, metric)]
+    return table.get((model, method, task, setting, metric))
+
+
 def _value(index: dict, spec: TableSpec, model: str, method: str, col: Column, metric: str) -> float | None:
     def one(setting: str) -> float | None:
-        if spec.method_at_setting and (model, f"{method}@{setting}", col.task, setting, metric) in index:
-            return index[(model, f"{method}@{setting}", col.task, setting, metric)]
-        return index.get((model, method, col.task, setting, metric))
+        return _lookup(index, spec, model, method, col.task, setting, metric)
 
     if col.average_of:
         parts = [one(s) for s in col.average_of]
@@ -113,11 +118,7 @@ def _value(index: dict, spec: TableSpec, model: str, method: str, col: Column, m
 def _interval(intervals: dict, spec: TableSpec, model: str, method: str, col: Column,
               metric: str) -> CellInterval | None:
     """The interval of the cell :func:`_value` reads (none for an average of several cells)."""
-    if col.average_of:
-        return None
-    if spec.method_at_setting and (model, f"{method}@{col.setting}", col.task, col.setting, metric) in intervals:
-        return intervals[(model, f"{method}@{col.setting}", col.task, col.setting, metric)]
-    return intervals.get((model, method, col.task, col.setting, metric))
+    return None if col.average_of else _lookup(intervals, spec, model, method, col.task, col.setting, metric)
 
 
 def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
