@@ -499,3 +499,31 @@ def test_table_specs_match_the_published_layouts():
                         "value": 50.0, "status": "ok", "timestamp": "t"}])
     out = render(by_id["aa_table14"], df)  # the current renderer accepts the extended specs
     assert "50.0" in out.markdown
+
+
+def test_mini_topics_records_hold_several_conversations_at_every_mini_setting(mini_tok):
+    """Every mini topics setting (paper lengths scaled to L_tr 256) makes the model choose the first topic among
+    several conversations, all distinct, as the benchmark's 5-25 topics do."""
+    cfg = OmegaConf.load(CONF / "topics.yaml")
+    task = TopicsTask()
+    for setting in resolve_settings(cfg, "mini", 256):
+        for ex in task.examples(setting, mini_tok, 4, seed=3):
+            assert ex.meta["n_topics"] >= 10, (setting, ex.meta["n_topics"])
+            assert len(set(ex.meta["topics"])) == len(ex.meta["topics"])
+            assert ex.target == ex.meta["topics"][0]
+
+
+def test_topics_calibration_never_asks_an_evaluation_topic(mini_tok):
+    """Calibration records (task.calibration_item) open with a conversation no evaluation record opens with,
+    whatever the two seeds, even the same seed."""
+    task = TopicsTask()
+    setting = Setting("1024", 1024, "tokens")
+    evaluation = task.examples(setting, mini_tok, 6, seed=1)
+    used = {e.meta[task.calibration_item] for e in evaluation}
+    for seed in (1, 100004):
+        calibration = task.examples(setting, mini_tok, 6, seed=seed, exclude=used)
+        assert len(calibration) == 6
+        assert not {e.meta["first"] for e in calibration} & used
+        assert not {e.target for e in calibration} & {e.target for e in evaluation}
+    everything = set(range(len(task.conversations())))
+    assert task.examples(setting, mini_tok, 2, seed=1, exclude=everything) == []

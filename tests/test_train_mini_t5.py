@@ -83,3 +83,26 @@ def test_the_two_line_gate_stops_a_run_that_does_not_pass_it(tmp_path):
     _run(out, "--max-steps", "1000", "--gate-minutes", "0.0001")
     summary = json.loads((out / "export" / "curve.json").read_text())
     assert summary["stopped"].startswith("NO-GO") and summary["steps"] < 1000 and summary["stage"] <= 2
+
+
+@pytest.mark.slow
+def test_without_lines_no_gate_stops_and_snapshots_are_exported_at_steps(tmp_path):
+    """--w-lines 0: the lines gate never stops the run, the card's bar names only the trained tasks, and
+    --export-steps leaves a complete fp16 snapshot (card with held-out EM at L_tr) at each step count, once,
+    even across a resume; the state is reloaded without unpickling code (weights_only)."""
+    out = tmp_path / "run"
+    only = ["--w-lines", "0", "--gate-minutes", "0.0001", "--export-steps", "4,10"]
+    _run(out, "--max-steps", "6", *only)
+    snaps = out / "snapshots"
+    assert sorted(p.name for p in snaps.iterdir()) == ["step-00004"]
+    first = (snaps / "step-00004" / "model.safetensors").stat().st_mtime_ns
+    _run(out, "--max-steps", "12", *only)
+    assert sorted(p.name for p in snaps.iterdir()) == ["step-00004", "step-00010"]
+    assert (snaps / "step-00004" / "model.safetensors").stat().st_mtime_ns == first  # not exported twice
+    summary = json.loads((snaps / "step-00010" / "curve.json").read_text())
+    assert summary["stopped"] is None and summary["steps"] == 10
+    assert set(summary["final"]) == {"passkey@256", "topics@256"}
+    card = (snaps / "step-00010" / "README.md").read_text()
+    assert "(passkey >= 95%, topics >= 90%)" in card and "lines not trained" in card
+    final = json.loads((out / "export" / "curve.json").read_text())
+    assert final["steps"] == 12 and final["stopped"] is None

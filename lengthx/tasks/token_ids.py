@@ -262,10 +262,6 @@ class TopicsIds:
         self.head = ids_after(tokenizer, "", head.rstrip())
         self.tail = ids_after(tokenizer, "1", tail.rstrip())  # "... Now the record start."
         self.closing = ids_after(tokenizer, "a", topics.CLOSING) + tokenizer("")["input_ids"]
-        counts = [f" {n}" for n in range(len(self.conversations) + 1)]
-        self.n_ids, n_len = _table(ids_after_each(tokenizer, "on", counts), device)
-        if int(n_len.min()) != int(n_len.max()):
-            raise ValueError("the header's topic count must have one token length for every count")
         texts = [c.text for c in self.conversations]
         first = ids_after_each(tokenizer, ".", [" " + t for t in texts])  # after the header's full stop
         later = ids_after_each(tokenizer, ".", texts)  # right after the previous conversation
@@ -274,9 +270,14 @@ class TopicsIds:
         self.first_ends = self._word_ends(tokenizer, first, device)
         self.later_ends = self._word_ends(tokenizer, later, device)
         self.answers = _answers(tokenizer, [c.topic for c in self.conversations], device)
-        self.fixed = len(self.head) + n_len.max().item() + len(self.tail) + len(self.closing)
+        count_len = len(ids_after(tokenizer, "on", " 1"))
+        self.fixed = len(self.head) + count_len + len(self.tail) + len(self.closing)
         shortest = int(self.later_len.min())
         self.max_conversations = min(len(texts), 1 + math.ceil(max(0, l_max - self.fixed) / shortest))
+        counts = [f" {n}" for n in range(self.max_conversations + 1)]  # every N a record of l_max can hold
+        self.n_ids, n_len = _table(ids_after_each(tokenizer, "on", counts), device)
+        if int(n_len.min()) != count_len or int(n_len.max()) != count_len:
+            raise ValueError("the header's topic count must have one token length for every count")
 
     @staticmethod
     def _word_ends(tokenizer: PreTrainedTokenizerBase, rows: list[list[int]], device: torch.device | str) -> torch.Tensor:

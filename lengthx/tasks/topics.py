@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -84,123 +85,122 @@ def read_conversations(path: str | Path) -> list[Conversation]:
 
 # ---- offline conversations (our own templates) --------------------------------------------------------
 
-# (topic, four words or phrases the conversation can use)
-_TOPICS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("growing tomatoes on a balcony", ("pots", "sunlight", "watering", "seedlings")),
-    ("the history of the bicycle", ("frames", "gears", "inventors", "races")),
-    ("learning to play the cello", ("bowing", "scales", "posture", "rosin")),
-    ("baking sourdough bread", ("starter", "flour", "proofing", "crust")),
-    ("how volcanoes form", ("magma", "plates", "eruptions", "ash")),
-    ("training a puppy", ("treats", "leashes", "routines", "patience")),
-    ("saving money for retirement", ("budgets", "interest", "pensions", "savings")),
-    ("the life cycle of stars", ("nebulae", "fusion", "supernovae", "gravity")),
-    ("writing a mystery novel", ("suspects", "clues", "plot twists", "chapters")),
-    ("keeping bees in the city", ("hives", "queens", "honey", "flowers")),
-    ("restoring old furniture", ("varnish", "sanding", "joints", "oak")),
-    ("the rules of cricket", ("wickets", "overs", "bowlers", "umpires")),
-    ("planning a hiking trip in the mountains", ("maps", "boots", "weather", "trails")),
-    ("how vaccines work", ("antibodies", "immune cells", "trials", "doses")),
-    ("the architecture of gothic cathedrals", ("arches", "buttresses", "stained glass", "spires")),
-    ("brewing green tea", ("leaves", "temperature", "teapots", "steeping")),
-    ("the migration of monarch butterflies", ("milkweed", "wintering sites", "generations", "routes")),
-    ("building a small wooden boat", ("planks", "hulls", "epoxy", "oars")),
-    ("learning a second language as an adult", ("vocabulary", "grammar", "accents", "practice")),
-    ("the basics of chess openings", ("pawns", "tempo", "center squares", "gambits")),
-    ("composting kitchen scraps", ("worms", "bins", "nitrogen", "moisture")),
-    ("the science of sleep", ("dreams", "circadian rhythms", "melatonin", "naps")),
-    ("photographing birds", ("lenses", "feeders", "shutter speed", "hides")),
-    ("running a first marathon", ("mileage", "pacing", "shoes", "hydration")),
-    ("the invention of the printing press", ("movable type", "ink", "books", "guilds")),
-    ("caring for houseplants", ("soil", "repotting", "humidity", "light")),
-    ("the geography of the Sahara", ("dunes", "oases", "caravans", "winds")),
-    ("making homemade pasta", ("eggs", "semolina", "dough", "sauces")),
-    ("the ethics of artificial intelligence", ("fairness", "privacy", "accountability", "bias")),
-    ("how tides work", ("the moon", "coastlines", "spring tides", "currents")),
-    ("collecting vintage stamps", ("albums", "perforations", "postmarks", "auctions")),
-    ("the history of jazz", ("improvisation", "clubs", "trumpets", "swing")),
-    ("designing a vegetable garden", ("raised beds", "crop rotation", "fences", "seeds")),
-    ("the physics of rainbows", ("refraction", "droplets", "colors", "angles")),
-    ("starting a small bakery business", ("ovens", "customers", "licenses", "pricing")),
-    ("the ancient Silk Road", ("merchants", "caravanserais", "silk", "spices")),
-    ("knitting a wool sweater", ("needles", "yarn", "patterns", "stitches")),
-    ("the behavior of octopuses", ("tentacles", "camouflage", "dens", "problem solving")),
-    ("choosing a first telescope", ("apertures", "mounts", "eyepieces", "dark skies")),
-    ("reducing household energy use", ("insulation", "thermostats", "appliances", "bills")),
-    ("the origins of the Olympic Games", ("athletes", "olive wreaths", "stadiums", "truces")),
-    ("fermenting vegetables at home", ("brine", "jars", "cabbage", "bacteria")),
+# Subjects (with four words or phrases a conversation about them can use) and the frames that turn a subject
+# into a topic ("the history of {subject}"): 60 x 20 = 1200 distinct topics, so that a mini-profile record of
+# 29 x L_tr tokens still draws a hundred and more conversations without replacement, and a model has to copy
+# the first topic out of the record instead of recalling one of a few it has seen.
+_SUBJECTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("bicycles", ("frames", "gears", "inventors", "races")),
+    ("volcanoes", ("magma", "plates", "eruptions", "ash")),
+    ("honey bees", ("hives", "queens", "honey", "flowers")),
+    ("jazz music", ("improvisation", "clubs", "trumpets", "swing")),
+    ("sourdough bread", ("starter", "flour", "proofing", "crust")),
+    ("chess openings", ("pawns", "tempo", "center squares", "gambits")),
+    ("coral reefs", ("polyps", "algae", "fish", "bleaching")),
+    ("lighthouses", ("lenses", "keepers", "storms", "coastlines")),
+    ("green tea", ("leaves", "temperature", "teapots", "steeping")),
+    ("glaciers", ("snowfall", "ice sheets", "moraines", "valleys")),
+    ("kites", ("string", "wind", "frames", "tails")),
+    ("medieval castles", ("moats", "towers", "sieges", "drawbridges")),
+    ("submarines", ("ballast", "periscopes", "sonar", "hulls")),
+    ("origami", ("folds", "paper", "cranes", "patterns")),
+    ("comets", ("tails", "orbits", "ice", "telescopes")),
+    ("penguins", ("colonies", "eggs", "krill", "ice floes")),
+    ("wind turbines", ("blades", "towers", "generators", "grids")),
+    ("pottery", ("clay", "kilns", "glazes", "wheels")),
+    ("street food", ("vendors", "spices", "markets", "recipes")),
+    ("railways", ("tracks", "locomotives", "timetables", "stations")),
+    ("houseplants", ("soil", "repotting", "humidity", "light")),
+    ("marathons", ("mileage", "pacing", "shoes", "hydration")),
+    ("printing presses", ("movable type", "ink", "books", "guilds")),
+    ("the Sahara desert", ("dunes", "oases", "caravans", "winds")),
+    ("fresh pasta", ("eggs", "semolina", "dough", "sauces")),
+    ("tides", ("the moon", "coastlines", "spring tides", "currents")),
+    ("postage stamps", ("albums", "perforations", "postmarks", "auctions")),
+    ("vegetable gardens", ("raised beds", "crop rotation", "fences", "seeds")),
+    ("rainbows", ("refraction", "droplets", "colors", "angles")),
+    ("the Silk Road", ("merchants", "caravanserais", "silk", "spices")),
+    ("wool sweaters", ("needles", "yarn", "patterns", "stitches")),
+    ("octopuses", ("tentacles", "camouflage", "dens", "problem solving")),
+    ("telescopes", ("apertures", "mounts", "eyepieces", "dark skies")),
+    ("the Olympic Games", ("athletes", "olive wreaths", "stadiums", "truces")),
+    ("pickled vegetables", ("brine", "jars", "cabbage", "bacteria")),
     ("the water cycle", ("evaporation", "clouds", "rivers", "groundwater")),
-    ("organizing a community library", ("volunteers", "shelves", "donations", "catalogs")),
-    ("the training of sled dogs", ("harnesses", "mushers", "snow", "endurance")),
-    ("painting with watercolors", ("brushes", "washes", "paper", "pigments")),
-    ("the construction of the pyramids", ("limestone", "ramps", "workers", "quarries")),
-    ("keeping a freshwater aquarium", ("filters", "tank mates", "algae", "water tests")),
-    ("the psychology of habits", ("cues", "rewards", "routines", "motivation")),
-    ("repairing a leaking faucet", ("washers", "valves", "wrenches", "seals")),
-    ("the culture of coffee in Ethiopia", ("ceremonies", "beans", "roasting", "highlands")),
-    ("how bridges carry weight", ("beams", "cables", "arches", "loads")),
-    ("rescuing abandoned cats", ("shelters", "adoption", "vets", "foster homes")),
-    ("the history of chocolate", ("cacao", "traders", "sugar", "factories")),
-    ("preparing for a job interview", ("resumes", "questions", "references", "nerves")),
-    ("the formation of glaciers", ("snowfall", "ice sheets", "moraines", "valleys")),
-    ("learning to sail", ("knots", "rudders", "wind", "tacking")),
-    ("the ecology of coral reefs", ("polyps", "algae", "fish", "bleaching")),
-    ("writing clear technical documentation", ("examples", "audiences", "structure", "diagrams")),
-    ("the craft of pottery", ("clay", "kilns", "glazes", "wheels")),
+    ("public libraries", ("volunteers", "shelves", "donations", "catalogs")),
+    ("sled dogs", ("harnesses", "mushers", "snow", "endurance")),
+    ("watercolor painting", ("brushes", "washes", "paper", "pigments")),
+    ("the pyramids of Giza", ("limestone", "ramps", "workers", "quarries")),
+    ("freshwater aquariums", ("filters", "tank mates", "algae", "water tests")),
+    ("daily habits", ("cues", "rewards", "routines", "motivation")),
+    ("coffee", ("ceremonies", "beans", "roasting", "highlands")),
+    ("suspension bridges", ("beams", "cables", "towers", "loads")),
+    ("stray cats", ("shelters", "adoption", "vets", "foster homes")),
+    ("chocolate", ("cacao", "traders", "sugar", "factories")),
+    ("sailing boats", ("knots", "rudders", "wind", "tacking")),
+    ("the cello", ("bowing", "scales", "posture", "rosin")),
+    ("monarch butterflies", ("milkweed", "wintering sites", "generations", "routes")),
+    ("old furniture", ("varnish", "sanding", "joints", "oak")),
+    ("cricket", ("wickets", "overs", "bowlers", "umpires")),
+    ("mountain trails", ("maps", "boots", "weather", "trails")),
+    ("vaccines", ("antibodies", "immune cells", "trials", "doses")),
+    ("gothic cathedrals", ("arches", "buttresses", "stained glass", "spires")),
+    ("compost heaps", ("worms", "bins", "nitrogen", "moisture")),
+    ("sleep", ("dreams", "circadian rhythms", "melatonin", "naps")),
+    ("bird photography", ("lenses", "feeders", "shutter speed", "hides")),
+    ("wooden boats", ("planks", "hulls", "epoxy", "oars")),
+    ("second languages", ("vocabulary", "grammar", "accents", "practice")),
+    ("technical writing", ("examples", "audiences", "structure", "diagrams")),
+)
+_FRAMES = (
+    "the history of {s}", "the future of {s}", "the economics of {s}", "common myths about {s}",
+    "teaching children about {s}", "the science behind {s}", "famous stories about {s}",
+    "the environmental impact of {s}", "careers related to {s}", "the best books on {s}",
+    "getting started with {s}", "the cultural meaning of {s}", "safety rules for {s}", "the vocabulary of {s}",
+    "regional traditions around {s}", "mistakes beginners make with {s}", "the tools used with {s}",
+    "recent research on {s}", "the art of photographing {s}", "the ethics of {s}",
 )
 
 _USER_TURNS = (
-    "What should a beginner know about {topic}?",
-    "Why do people find {topic} so interesting?",
-    "What is a common mistake people make with {w0}?",
-    "Can you tell me more about {w1}?",
-    "How does {w2} fit into all of this?",
-    "Is there a simple way to think about {w3}?",
-    "What would you recommend reading first?",
-    "How much time does it usually take to get good at this?",
-    "Are there any surprising facts here?",
-    "What changed the most over the last hundred years?",
+    "What should a beginner know about {w0}?",
+    "Why do people care so much about {w1}?",
+    "What is a common mistake people make with {w2}?",
+    "Can you tell me more about {w3}?",
+    "Is there a simple way to think about this?",
     "How would you explain this to a child?",
-    "What are the costs involved?",
 )
 _ASSISTANT_SENTENCES = (
-    "A good place to start is {w0}, because almost everything else builds on it.",
-    "Many people underestimate how much {w1} matters in practice.",
-    "It helps to keep a small notebook and write down what you learn about {w2}.",
-    "Experts often say that {w3} is where the real craft lies.",
-    "There is no single right answer, but patience usually pays off.",
-    "Small, regular steps tend to work better than occasional big efforts.",
-    "If you compare {w0} with {w1}, you will notice they depend on each other.",
-    "Local clubs and online groups can be surprisingly helpful for questions about {w2}.",
-    "The details vary from place to place, so it is worth checking what applies to you.",
-    "One useful habit is to review {w3} once a week and note what has changed.",
-    "Historically, {w1} was treated very differently from how it is treated today.",
+    "A good place to start is {w0}, because much else builds on it.",
+    "Many people underestimate how much {w1} matters.",
+    "It helps to write down what you learn about {w2}.",
+    "Experts say that {w3} is where the real craft lies.",
+    "There is no single right answer, but patience pays off.",
+    "If you compare {w0} with {w1}, you see how they depend on each other.",
+    "Local clubs can help with questions about {w2}.",
+    "Historically, {w1} was treated very differently.",
     "Mistakes are normal, and each one teaches you something about {w0}.",
-    "You do not need expensive equipment at the beginning.",
-    "Most of the difficulty disappears once you understand {w2}.",
-    "People who stick with it for a few months usually see clear progress.",
-    "It is a good idea to ask someone experienced to look at your first attempts.",
+    "Most of the difficulty goes away once you understand {w3}.",
 )
 
 
 def generate_conversation(topic: str, words: tuple[str, ...], rng: random.Random) -> Conversation:
-    """A conversation about ``topic`` from our own templates: the benchmark's opening sentence, then 5-7
-    exchanges of a USER question and a 3-5 sentence ASSISTANT answer (roughly 350-450 words, like
-    LongEval's conversations)."""
-    slots = {"topic": topic, **{f"w{i}": w for i, w in enumerate(words)}}
-    turns = [OPENER.format(topic=topic)]
-    turns.append("ASSISTANT: " + " ".join(s.format(**slots) for s in rng.sample(_ASSISTANT_SENTENCES, 3)))
-    for question in rng.sample(_USER_TURNS, rng.randint(5, 7)):
-        turns.append("USER: " + question.format(**slots))
-        answer = rng.sample(_ASSISTANT_SENTENCES, rng.randint(3, 5))
-        turns.append("ASSISTANT: " + " ".join(s.format(**slots) for s in answer))
+    """A short conversation about ``topic`` from our own templates: the benchmark's opening sentence and a
+    one-sentence ASSISTANT answer; a third of them go on with one USER question and a one-sentence answer
+    (about 20-45 words: several fit a record at every mini setting, as the benchmark's 5-25 topics do)."""
+    slots = {f"w{i}": w for i, w in enumerate(words)}
+    turns = [OPENER.format(topic=topic), "ASSISTANT: " + rng.choice(_ASSISTANT_SENTENCES).format(**slots)]
+    if rng.random() < 1 / 3:
+        turns.append("USER: " + rng.choice(_USER_TURNS).format(**slots))
+        turns.append("ASSISTANT: " + rng.choice(_ASSISTANT_SENTENCES).format(**slots))
     return Conversation(topic, " ".join(turns))
 
 
 @lru_cache(maxsize=8)
 def generate_conversations(seed: int = 0) -> tuple[Conversation, ...]:
-    """One generated conversation per built-in topic (60 topics), seeded."""
+    """One generated conversation per topic (every frame of every subject: 1200 topics), seeded; the order
+    interleaves subjects so that any prefix covers many of them."""
     rng = random.Random(f"topics-conversations:{seed}")
-    return tuple(generate_conversation(t, w, rng) for t, w in _TOPICS)
+    return tuple(generate_conversation(frame.format(s=subject), words, rng)
+                 for frame in _FRAMES for subject, words in _SUBJECTS)
 
 
 # ---- the task ------------------------------------------------------------------------------------------
@@ -214,6 +214,7 @@ class TopicsTask:
 
     name = "topics"
     metrics = ("accuracy",)
+    calibration_item = "first"  # meta key of the asked (first) conversation: calibration never asks the same
     paper_data = PAPER_DATA
     stand_in = {GENERATED: "conversations generated from lengthx's templates"}  # data label → what it is
     score_note = ("Topic retrieval is scored by normalised containment of the first topic in the output; "
@@ -265,12 +266,25 @@ class TopicsTask:
         random.Random(f"topics:{seed}:{i}").shuffle(order)
         return order
 
-    def examples(self, setting: Setting, tokenizer: PreTrainedTokenizerBase, n: int, seed: int) -> list[Example]:
-        """``n`` examples at ``setting``: N whole conversations (``topics``) or a fitted record (``tokens``)."""
+    def examples(self, setting: Setting, tokenizer: PreTrainedTokenizerBase, n: int, seed: int,
+                 exclude: Collection[int] = (), reserve: int = 0) -> list[Example]:
+        """``n`` examples at ``setting``: N whole conversations (``topics``) or a fitted record (``tokens``).
+
+        ``exclude``: conversations (indices, ``meta["first"]``) that may not open a record; each case's
+        permutation then starts with its first conversation outside ``exclude``, so Algorithm 1's calibration
+        records never ask for a topic that an evaluation record asks for, whatever the seeds (a case with no
+        such conversation is dropped). ``reserve`` is accepted for the runner's finite-pool protocol: the
+        records are permutations, never an exhausted pool."""
         convs = self.conversations()
+        excluded = set(exclude)
         out = []
         for i in range(n):
             order = self._order(seed, i)
+            if excluded:
+                free = next((k for k, j in enumerate(order) if j not in excluded), None)
+                if free is None:
+                    break
+                order.insert(0, order.pop(free))
             if setting.unit == "topics":
                 if setting.value > len(convs):
                     raise ValueError(f"{setting.value} topics requested but only {len(convs)} conversations "
@@ -284,7 +298,7 @@ class TopicsTask:
             else:
                 raise ValueError(f"topics settings are in topics or tokens, not {setting.unit!r}")
             out.append(Example(f"{seed}-{i}", prompt, chosen[0].topic, requested, count_tokens(tokenizer, prompt),
-                               {"n_topics": n_topics, "last_partial": partial,
+                               {"n_topics": n_topics, "last_partial": partial, "first": order[0],
                                 "topics": [c.topic for c in chosen[:n_topics]]}))
         return out
 
