@@ -329,9 +329,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--final-seed", type=int, default=500_000)
     p.add_argument("--final-lengths", default="256,512,1024", help="token lengths of the final evaluation")
     p.add_argument("--save-every-minutes", type=float, default=3.0)
+    p.add_argument("--stop-step", type=int, default=None,
+                   help="stop after this step without changing the schedule (which --max-steps sets): "
+                        "retrains one snapshot of a longer run exactly")
+    p.add_argument("--snapshots-to", type=Path, default=None, help="where --export-steps snapshots go "
+                   "(default OUT/snapshots)")
     p.add_argument("--export-steps", default="",
                    help="comma-separated step counts at which an fp16 snapshot (weights, tokenizer, card with "
-                        "held-out EM at L_tr) is exported to OUT/snapshots/step-NNNNN; resumable")
+                        "held-out EM at L_tr) is exported to OUT/snapshots/step-NNNNN (or --snapshots-to); resumable")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (GPU)")
     return p.parse_args(argv)
 
@@ -393,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
               "n": torch.zeros(3, device=device), "lines_exact": torch.zeros(64, device=device),
               "lines_n": torch.zeros(64, device=device), "t": time.time(), "examples": 0}
     last_save = tick = time.time()
-    while progress() < 1 and state["stopped"] is None:
+    while progress() < 1 and state["stopped"] is None and (args.stop_step is None or state["step"] < args.stop_step):
         batch, task, n_lines = mix.batch(state["step"], curriculum.lines_count, gen)
         for group in opt.param_groups:
             group["lr"] = lr_at(state["step"], progress(), args)
@@ -463,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def snapshot_dir(args: argparse.Namespace, step: int) -> Path:
     """Where the snapshot exported at ``step`` lives (``--export-steps``)."""
-    return args.out / "snapshots" / f"step-{step:05d}"
+    return (args.snapshots_to or args.out / "snapshots") / f"step-{step:05d}"
 
 
 def finish(args: argparse.Namespace, tok: PreTrainedTokenizerFast, state: dict[str, Any], curriculum: Curriculum,

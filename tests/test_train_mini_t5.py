@@ -106,3 +106,22 @@ def test_without_lines_no_gate_stops_and_snapshots_are_exported_at_steps(tmp_pat
     assert "(passkey >= 95%, topics >= 90%)" in card and "lines not trained" in card
     final = json.loads((out / "export" / "curve.json").read_text())
     assert final["steps"] == 12 and final["stopped"] is None
+
+
+@pytest.mark.slow
+def test_stop_step_retrains_a_snapshot_of_a_longer_run_exactly(tmp_path):
+    """--stop-step N with the longer run's --max-steps (its learning-rate schedule) gives the weights of that
+    run's step-N snapshot, bit for bit (what `make mini-t5` relies on); --snapshots-to places snapshots."""
+    from safetensors.torch import load_file
+
+    common = ["--w-lines", "0", "--max-steps", "12", "--export-steps", "6"]
+    _run(tmp_path / "long", *common)
+    _run(tmp_path / "short", *common, "--stop-step", "6", "--snapshots-to", str(tmp_path / "snaps"))
+    a = load_file(str(tmp_path / "long" / "snapshots" / "step-00006" / "model.safetensors"))
+    b = load_file(str(tmp_path / "snaps" / "step-00006" / "model.safetensors"))
+    c = load_file(str(tmp_path / "short" / "export" / "model.safetensors"))
+    assert a.keys() == b.keys() == c.keys()
+    assert all(torch.equal(a[k], b[k]) and torch.equal(a[k], c[k]) for k in a)
+    assert json.loads((tmp_path / "short" / "export" / "curve.json").read_text())["steps"] == 6
+    final = load_file(str(tmp_path / "long" / "export" / "model.safetensors"))
+    assert not all(torch.equal(a[k], final[k]) for k in a)  # the long run went on

@@ -1,0 +1,56 @@
+"""scripts/study_mini_t5.py: the selection rule, and study.md rendered from the committed records
+(docs/mini-t5-study.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDY = ROOT / "results" / "mini-t5-study"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("study_mini_t5", ROOT / "scripts" / "study_mini_t5.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _snapshot(root: Path, seed: int, step: int, passkey: float, topics: float) -> None:
+    d = root / "snapshots" / f"seed{seed}" / f"step-{step:05d}"
+    d.mkdir(parents=True)
+    (d / "curve.json").write_text(json.dumps({"final": {"passkey@256": passkey, "topics@256": topics}}))
+    (d / "README.md").write_text("card")
+
+
+def test_the_selection_rule_picks_seed_0s_earliest_snapshot_at_the_bar(tmp_path):
+    s = _script()
+    _snapshot(tmp_path, 0, 300, 100, 85)  # topics below 90
+    _snapshot(tmp_path, 0, 1300, 96, 90)
+    _snapshot(tmp_path, 0, 600, 94, 99)  # passkey below 95
+    _snapshot(tmp_path, 1, 450, 100, 100)  # an earlier step, but of seed 1
+    (tmp_path / "snapshots" / "seed0" / "step-00100").mkdir()  # no card yet: incomplete, ignored
+    assert [x.name for x in s.snapshots(tmp_path)] == ["seed0/step-00300", "seed0/step-00600", "seed0/step-01300",
+                                                       "seed1/step-00450"]
+    assert s.select(s.snapshots(tmp_path)).name == "seed0/step-01300"
+    (tmp_path / "snapshots" / "seed0" / "step-01300" / "README.md").unlink()
+    assert s.select(s.snapshots(tmp_path)).name == "seed1/step-00450"
+
+
+def test_study_md_is_rendered_from_the_committed_records():
+    if not (STUDY / "study.md").is_file():
+        pytest.fail("results/mini-t5-study/study.md is missing: run scripts/study_mini_t5.py")
+    s = _script()
+    text, data = s.study(STUDY, list(s.DEFAULT_LENGTHS))
+    assert text == (STUDY / "study.md").read_text()
+    assert data["snapshots"], "no measured snapshot"
+    for snap in data["snapshots"]:
+        for task, cells in snap["tasks"].items():
+            for cell in cells.values():
+                assert cell["n"] >= 60, (snap["snapshot"], task, cell["n"])
