@@ -1,0 +1,79 @@
+"""One line per setting that says what a temperature did there, with intervals (the demo's last lines).
+
+For every setting where τ = 1 (method ``none``) and another method scored the same examples, a reading such as
+
+    mini-t5 passkey 7432tokens (29× L_tr, n = 20): τ = 1 55% [34, 74] (100% [84, 100] at L_tr), pmax 85% [64, 95]
+    (τ = 0.50), Δ +30 [+5, +51]
+
+gives each cell's value with its 95% interval (Wilson for right-or-wrong scores, else the bootstrap), the
+paired difference to τ = 1 (Newcombe / bootstrap, :mod:`lengthx.report.tables.intervals`) and, where the same
+run holds the model's training length as a setting, τ = 1's value there.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from lengthx.core.store import ResultsStore
+from lengthx.report.tables.intervals import table_intervals
+from lengthx.report.tables.render import latest_ok
+
+
+def _value(value: float, low: float, high: float, right_or_wrong: bool) -> str:
+    """``55% [34, 74]`` for accuracies, ``19.5 [15.6, 23.8]`` otherwise."""
+    if right_or_wrong:
+        return f"{value:.0f}% [{low:.0f}, {high:.0f}]"
+    return f"{value:.3g} [{low:.3g}, {high:.3g}]"
+
+
+def readings(store: ResultsStore, df: pd.DataFrame, baseline: str = "none") -> list[str]:
+    """The reading of every (model, task, setting) with a baseline cell and another method's paired cell, in
+    the order the settings ran; the task's first metric only."""
+    ok = latest_ok(df)
+    if ok.empty:
+        return []
+    ok = ok[ok["method"] != "stats"]
+    first_metric = ok.groupby("task", sort=False)["metric"].first()
+    ok = ok[ok["metric"] == ok["task"].map(first_metric)]
+    intervals = table_intervals(store, ok, set(ok["task"]), set(ok["metric"]), baseline)
+    lines = []
+    for (model, task, setting), group in ok.groupby(["model", "task", "setting"], sort=False):
+        metric = first_metric[task]
+        base = intervals.get((model, baseline, task, str(setting), metric))
+        base_row = group[group["method"] == baseline]
+        others = [r for r in group.itertuples() if r.method != baseline
+                  and (c := intervals.get((model, r.method, task, str(setting), metric))) is not None
+                  and c.delta is not None]
+        if base is None or base_row.empty or not others:
+            continue
+        b = base_row.iloc[0]
+        score = base.kind == "score"
+        l_tr = float(b["L_tr"]) if pd.notna(pd.to_numeric(b["L_tr"], errors="coerce")) else None
+        ratio = f"{float(b['L_ex']) / l_tr:.0f}× L_tr, " if l_tr else ""
+        text = (f"{model} {task} {setting} ({ratio}n = {base.n}): τ = 1 "
+                f"{_value(float(b['value']), base.low, base.high, score)}")
+        at_l_tr = _at_training_length(ok, intervals, model, task, metric, l_tr, baseline)
+        if at_l_tr and str(setting) != at_l_tr[0]:
+            text += f" ({_value(*at_l_tr[1:], score)} at L_tr)"
+        for r in others:
+            c = intervals[(model, r.method, task, str(setting), metric)]
+            tau = pd.to_numeric(pd.Series([r.tau]), errors="coerce").iloc[0]
+            tau_text = f" (τ = {tau:.2f})" if pd.notna(tau) else ""
+            text += (f", {r.method} {_value(float(r.value), c.low, c.high, score)}{tau_text}, "
+                     f"Δ {c.delta:+.3g} [{c.delta_low:+.3g}, {c.delta_high:+.3g}]")
+        lines.append(text)
+    return lines
+
+
+def _at_training_length(ok: pd.DataFrame, intervals: dict, model: str, task: str, metric: str, l_tr: float | None,
+                        baseline: str) -> tuple[str, float, float, float] | None:
+    """(setting, value, low, high) of the baseline cell whose requested length is the model's L_tr, if any."""
+    if l_tr is None:
+        return None
+    rows = ok[(ok["model"] == model) & (ok["task"] == task) & (ok["method"] == baseline) & (ok["metric"] == metric)]
+    for r in rows.itertuples():
+        if pd.to_numeric(pd.Series([r.L_req]), errors="coerce").iloc[0] == l_tr:
+            c = intervals.get((model, baseline, task, str(r.setting), metric))
+            if c is not None:
+                return str(r.setting), float(r.value), c.low, c.high
+    return None
