@@ -240,6 +240,7 @@ def export(model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast, path
     tok.save_pretrained(str(path))
 
 
+TASK_TITLES = {"passkey": "passkey", "lines": "LongEval lines", "topics": "LongEval topics"}
 RETRIEVAL_BAR = {"passkey": 95.0, "topics": 90.0, "lines": 70.0}  # held-out EM % at L_tr of a model "good at L_tr"
 
 
@@ -257,11 +258,12 @@ def model_card(args: argparse.Namespace, model: T5ForConditionalGeneration, summ
     rows = "\n".join(f"| {k} | {v:.0f} |" for k, v in final.items())
     gates = ", ".join(f"{k} lines at step {v}" for k, v in sorted(summary["gates"].items())) or "none"
     n_params = sum(p.numel() for p in model.parameters())
+    note = f"\n{args.card_note.strip()}\n" if args.card_note else ""
     return f"""# mini-t5 — {status}
-
+{note}
 The `mini` profile's stand-in for Flan-T5 (`conf/model/mini-t5.yaml`): a small T5 with learned relative
-position buckets, trained from scratch by `scripts/train_mini_t5.py` on passkey, LongEval lines and LongEval
-topics prompts built as token ids (`lengthx.tasks.token_ids`). L_tr = {l_tr} tokens; relative_attention_max_distance
+position buckets, trained from scratch by `scripts/train_mini_t5.py` on {" and ".join(TASK_TITLES[t] for t in trained_tasks(args))}
+prompts built as token ids (`lengthx.tasks.token_ids`). L_tr = {l_tr} tokens; relative_attention_max_distance
 = {c.relative_attention_max_distance} (<= L_tr/2), so longer inputs add no new bucket and only the attention's
 dispersal changes.
 
@@ -334,6 +336,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "retrains one snapshot of a longer run exactly")
     p.add_argument("--snapshots-to", type=Path, default=None, help="where --export-steps snapshots go "
                    "(default OUT/snapshots)")
+    p.add_argument("--card-note", default="", help="markdown placed under the card's title (e.g. how this "
+                   "snapshot was selected)")
     p.add_argument("--export-steps", default="",
                    help="comma-separated step counts at which an fp16 snapshot (weights, tokenizer, card with "
                         "held-out EM at L_tr) is exported to OUT/snapshots/step-NNNNN (or --snapshots-to); resumable")
