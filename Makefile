@@ -6,7 +6,7 @@ LX     := $(BIN)/lengthx
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-fast demo bench gpu-wheels bench-gpu tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5-lm mini-t5-lm-study lint clean
+.PHONY: install test test-fast demo bench gpu-wheels bench-gpu tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5-lm mini-t5-lm-study mini-t5-study lint clean
 
 install: $(VENV)/.installed
 
@@ -144,6 +144,21 @@ reproduce-all: install
 STUDY_EXAMPLES ?= 60
 mini-t5-lm: install
 	$(BIN)/python scripts/train_mini_t5_lm.py --out runs/mini-t5-lm --steps 3000 --export lengthx/checkpoints/mini-t5-lm
+
+# The retrieval stand-in study (docs/mini-t5-study.md): one CPU-trained T5 per seed in STUDY_SEEDS (passkey +
+# topics, 2600 steps on one thread, fp16 snapshots at fixed steps committed to results/mini-t5-study/snapshots),
+# then every snapshot x task x length x method with the harness. Both steps resume (rerun to continue); a seed
+# whose last snapshot is committed is not trained again.
+STUDY_SEEDS ?= 0 1
+MINI_T5_RECIPE := --device cpu --d-model 128 --d-kv 32 --heads 4 --d-ff 512 --enc-layers 3 --dec-layers 2 \
+	--batch-size 32 --w-passkey 0.5 --w-lines 0 --w-topics 0.5 --gate-minutes 0 --warmup 100 --max-minutes 0 \
+	--max-steps 2600 --export-steps 300,450,600,800,1000,1300,1800,2600 --log-every 50 --eval-every 300 \
+	--eval-n 32 --final-lengths 256
+mini-t5-study: install
+	for s in $(STUDY_SEEDS); do test -f results/mini-t5-study/snapshots/seed$$s/step-02600/README.md && continue; \
+		OMP_NUM_THREADS=1 $(BIN)/python scripts/train_mini_t5.py $(MINI_T5_RECIPE) --seed $$s \
+		--out runs/mini-t5-retrieval/seed$$s --snapshots-to results/mini-t5-study/snapshots/seed$$s || exit 1; done
+	OMP_NUM_THREADS=1 $(BIN)/python scripts/study_mini_t5.py
 
 mini-t5-lm-study: install
 	$(BIN)/python scripts/train_mini_t5_lm.py --out runs/mini-t5-lm-h8 --heads 8 --steps 2000 --snapshots 1000 --export runs/mini-t5-lm-h8/export
