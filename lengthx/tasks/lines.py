@@ -211,18 +211,27 @@ class LinesCase:
 
 
 def random_line_indices(n: int, rng: random.Random) -> list[str]:
-    """``n`` distinct adjective-noun line indices drawn with ``rng`` (LongEval's "LRT-NL" indices)."""
+    """``n`` adjective-noun line indices drawn with ``rng`` as LongEval's ``generate_line_index`` ("LRT-NL") draws
+    them: ``n`` adjectives and ``n`` nouns, each *without replacement* (wonderwords' ``random_words``), paired in
+    order, so no adjective and no noun appears twice in a record.
+
+    Each list is shuffled whole and its first ``n`` words are taken, so the indices of a shorter record are a
+    prefix of a longer one's (what :func:`lines_case_at` relies on)."""
     adjectives, nouns = line_index_vocabulary()
-    if n > len(adjectives) * len(nouns):
-        raise ValueError(f"cannot draw {n} distinct indices from {len(adjectives)}x{len(nouns)} words")
-    seen: dict[str, None] = {}
-    while len(seen) < n:
-        seen.setdefault(f"{rng.choice(adjectives)}-{rng.choice(nouns)}", None)
-    return list(seen)
+    most = min(len(adjectives), len(nouns))
+    if n > most:
+        raise ValueError(f"a record of {n} lines needs {n} distinct adjectives and nouns, but the vocabulary has "
+                         f"{len(adjectives)} adjectives and {len(nouns)} nouns (install wonderwords for its full "
+                         "lists)")
+    adjectives, nouns = list(adjectives), list(nouns)
+    rng.shuffle(adjectives)
+    rng.shuffle(nouns)
+    return [f"{a}-{b}" for a, b in zip(adjectives[:n], nouns[:n], strict=True)]
 
 
 def lines_case(n_lines: int, rng: random.Random) -> LinesCase:
-    """One case with ``n_lines`` lines: distinct indices, values uniform in 1..50000, asked line uniform."""
+    """One case with ``n_lines`` lines: indices without a repeated word, values uniform in 1..50000, asked line
+    uniform."""
     if n_lines < 1:
         raise ValueError("n_lines must be at least 1")
     indices = random_line_indices(n_lines, rng)
@@ -252,11 +261,13 @@ def fit_lines_case(
     """The case of ``seed`` with the most lines whose prompt has at most ``max_tokens`` tokens.
 
     ``count_tokens`` counts a prompt's tokens with the model's own tokenizer (docs/design.md §6: lengths are
-    token-exact, never characters). Bisection on the number of lines in ``[1, max_lines]``; the asked line
+    token-exact, never characters). Bisection on the number of lines in ``[1, max_lines]`` (at most as many as
+    the vocabulary has adjectives and nouns); the asked line
     stays uniform over the kept lines. Raises ``ValueError`` if even one line does not fit.
     """
     if count_tokens(lines_case_at(1, seed).prompt) > max_tokens:
         raise ValueError(f"a one-line record already exceeds {max_tokens} tokens")
+    max_lines = min(max_lines, *map(len, line_index_vocabulary()))  # no word repeats within a record
     # hi = max_lines + 1 stands for "past max_lines", never tried
     lo = bisect_largest(lambda n: count_tokens(lines_case_at(n, seed).prompt) <= max_tokens, 1, max_lines + 1)
     return lines_case_at(lo, seed)
