@@ -116,3 +116,107 @@ def test_mdqa_answer_normalising_to_nothing_scores_one():
     assert best_subspan_em("something else entirely", ["The"]) == 1.0
     assert best_subspan_em("London", ["a", "Paris"]) == 1.0
     assert best_subspan_em("London", ["Paris"]) == 0.0
+
+
+# ---- LongEval's released test cases (task.testcases_dir) ----------------------------------------------------
+
+LINES_CASE_PROMPT = (
+    "Below is a record of lines I want you to remember. Each line begins with 'line <line index>' and contains a "
+    "'<REGISTER_CONTENT>' at the end of the line as a numerical value. For each line index, memorize its "
+    "corresponding <REGISTER_CONTENT>. At the end of the record, I will ask you to retrieve the corresponding "
+    "<REGISTER_CONTENT> of a certain line index. Now the record start:\n\nline torpid-kid: REGISTER_CONTENT is "
+    "<2416>\nline oval-underpants: REGISTER_CONTENT is <33851>\n\nNow the record is over. Tell me what is the "
+    "<REGISTER_CONTENT> in line torpid-kid? I need the number. "
+)
+TOPICS_CASE_PROMPT = (
+    "\"Below is a record of our previous conversation on 2 different topics. You are the ASSISTANT, and I am the "
+    "USER. At the beginning of each topic, the USER will say 'I would like to discuss the topic of <TOPIC>'. "
+    "Memorize each <TOPIC>. At the end of the record, I will ask you to retrieve the first topic name. Now the "
+    "record start. USER: I would like to discuss the topic of the psychology of creativity. \n ASSISTANT: Sure! "
+    "\n USER: Great, this is the end of our discussion on the psychology of creativity. Let's talk about the next "
+    "topic.USER: I would like to discuss the topic of the benefits of volunteering. \n ASSISTANT: Sure! Now the "
+    "record ends. What is the first topic we discussed? Only give me the topic name. Do not summarize yourself.\""
+)
+
+
+def _released(folder, task: str, n: int, cases: list[dict]):
+    """A released test-case file in LongEval's layout: ``<folder>/<task>/testcases/<n>_<task>.jsonl``."""
+    path = folder / task / "testcases" / f"{n}_{task}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(c) + "\n" for c in cases))
+    return path
+
+
+def _lines_cases() -> list[dict]:
+    return [{"random_idx": ["torpid-kid", 0], "expected_number": 2416, "num_lines": 2, "token_size": 120,
+             "correct_line": "line torpid-kid: REGISTER_CONTENT is <2416>\n", "prompt": LINES_CASE_PROMPT},
+            {"random_idx": ["oval-underpants", 1], "expected_number": 33851, "num_lines": 2, "token_size": 120,
+             "correct_line": "line oval-underpants: REGISTER_CONTENT is <33851>\n",
+             "prompt": LINES_CASE_PROMPT.replace("line torpid-kid?", "line oval-underpants?")}]
+
+
+def test_lines_released_cases_are_evaluated_byte_for_byte_and_scored_as_eval_py(tmp_path, byt5):
+    from lengthx.tasks.lines import LinesTask
+
+    path = _released(tmp_path / "evaluation", "lines", 2, _lines_cases())
+    task = LinesTask(testcases_dir=str(tmp_path / "evaluation"), seed=0)
+    setting = Setting("2", 2, "lines")
+    cases = task.examples(setting, byt5, 2, seed=0)
+    assert [e.prompt for e in cases] == [LINES_CASE_PROMPT, _lines_cases()[1]["prompt"]]
+    assert cases[0].prompt.endswith("I need the number. ")  # the trailing space of every released prompt
+    assert [e.target for e in cases] == [2416, 33851]
+    assert cases[0].meta["testcase"] == "2_lines.jsonl:1" and cases[1].meta["query_idx"] == "oval-underpants"
+    assert cases[0].actual_tokens == len(byt5(LINES_CASE_PROMPT)["input_ids"])
+    # eval.py: the last integer of the output is compared with expected_number
+    assert task.score("line torpid-kid has 2416.", cases[0]) == {"accuracy": 100.0}
+    assert task.score("2416, no: 2417", cases[0]) == {"accuracy": 0.0}
+    assert task.data_source(setting).startswith("2_lines.jsonl@")
+    # any other seed (Algorithm 1's calibration records) draws generated records with the current wording
+    (generated,) = task.examples(setting, byt5, 1, seed=100003)
+    assert generated.prompt.endswith("I need the number.") and "testcase" not in generated.meta
+    with pytest.raises(ValueError, match="holds 2 test cases"):
+        task.examples(setting, byt5, 3, seed=0)
+    assert path.is_file()
+
+
+def test_topics_released_cases_are_evaluated_byte_for_byte(tmp_path, byt5):
+    from lengthx.tasks.topics import TopicsTask
+
+    case = {"test_id": 0, "prompt": TOPICS_CASE_PROMPT, "prompt_length": -1,
+            "topics": ["The psychology of creativity", "The benefits of volunteering"]}
+    _released(tmp_path, "topics", 2, [case])
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "2_topics.jsonl").write_text(json.dumps(case) + "\n")  # the testcases folder itself
+    for folder in (tmp_path, flat):
+        task = TopicsTask(testcases_dir=str(folder), seed=0)
+        (ex,) = task.examples(Setting("2", 2, "topics"), byt5, 1, seed=0)
+        assert ex.prompt == TOPICS_CASE_PROMPT and ex.target == "The psychology of creativity"
+        assert ex.meta["topics"] == case["topics"] and ex.meta["testcase"] == "2_topics.jsonl:1"
+        assert task.score("The first topic is the psychology of creativity.", ex) == {"accuracy": 100.0}
+        assert task.score("The benefits of volunteering.", ex) == {"accuracy": 0.0}
+        assert task.data_source(Setting("2", 2, "topics")).startswith("2_topics.jsonl@")
+
+
+def test_testcases_dir_problems_name_the_file_and_the_fix(tmp_path):
+    from omegaconf import OmegaConf
+
+    from lengthx.tasks.lines import LinesTask
+    from lengthx.tasks.topics import TopicsTask
+
+    _released(tmp_path, "lines", 200, _lines_cases())
+    cfg = OmegaConf.create({"testcases_dir": str(tmp_path)})
+    paper = [Setting("200", 200, "lines"), Setting("300", 300, "lines")]
+    problem = LinesTask.data_problem(cfg, "paper", paper)
+    assert "300_lines.jsonl" in problem and "Fix:" in problem
+    assert LinesTask.data_problem(cfg, "paper", paper[:1]) is None
+    assert "tokens" in LinesTask.data_problem(cfg, "mini", [Setting("200", 2200, "tokens")])
+    missing = OmegaConf.create({"testcases_dir": str(tmp_path / "nope"), "conversations_path": None})
+    assert "no such directory" in TopicsTask.data_problem(missing, "paper", [Setting("5", 5, "topics")])
+    bad = tmp_path / "topics" / "testcases" / "5_topics.jsonl"
+    bad.parent.mkdir(parents=True)
+    bad.write_text(json.dumps({"prompt": "x", "topics": "not a list"}) + "\n")
+    from lengthx.data.jsonl import DataFormatError
+
+    with pytest.raises(DataFormatError, match="5_topics.jsonl, line 1: field 'topics'"):
+        TopicsTask(testcases_dir=str(tmp_path)).examples(Setting("5", 5, "topics"), None, 1, seed=0)

@@ -7,7 +7,8 @@ adjective-noun pair drawn from ``wonderwords`` word lists (e.g. ``"swift-river"`
 lines: 200, 300, …, 680). The score rule (docs/design.md §6) is: the *last* integer of the output equals ``n``.
 
 This module is pure Python: building prompts, seeded cases and the word lists. Token-exact length fitting
-and scoring by a model live elsewhere.
+and scoring by a model live elsewhere. ``task.testcases_dir`` evaluates LongEval's released cases instead
+(:mod:`lengthx.tasks.longeval_testcases`).
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from lengthx.data.fitting import bisect_largest, count_tokens
-from lengthx.data.provenance import SYNTHETIC
+from lengthx.data.provenance import SYNTHETIC, file_label
 from lengthx.tasks.base import Example, Setting
+from lengthx.tasks.longeval_testcases import read_testcases, testcase_path, testcases_problem
 from lengthx.tasks.metrics import lines_correct
 
 if TYPE_CHECKING:
@@ -282,21 +285,49 @@ def case_seed(seed: int, i: int) -> int:
 
 
 class LinesTask:
-    """LongEval lines: seeded records of ``line <idx>: REGISTER_CONTENT is <n>``, last-integer scoring."""
+    """LongEval lines: seeded records of ``line <idx>: REGISTER_CONTENT is <n>``, last-integer scoring; with
+    ``testcases_dir``, LongEval's released cases (:mod:`lengthx.tasks.longeval_testcases`)."""
 
     name = "lines"
     metrics = ("accuracy",)
 
-    def __init__(self, max_new_tokens: int = 100, max_lines: int = 2000):
+    def __init__(self, max_new_tokens: int = 100, max_lines: int = 2000, testcases_dir: str | None = None,
+                 seed: int = 0):
         self.max_new_tokens = max_new_tokens
         self.max_lines = max_lines
+        self.testcases_dir, self.seed = testcases_dir, int(seed)
+
+    @classmethod
+    def from_config(cls, task_cfg: Any, profile: str = "mini") -> LinesTask:
+        """The task from its Hydra config (``conf/task/lines.yaml``)."""
+        return cls(max_new_tokens=int(task_cfg.max_new_tokens), testcases_dir=task_cfg.get("testcases_dir"),
+                   seed=int(task_cfg.get("seed") or 0))
+
+    @staticmethod
+    def data_problem(task_cfg: Any, profile: str, settings: list[Setting] | None = None) -> str | None:
+        """Why ``task.testcases_dir`` cannot give every setting its released cases, or ``None``."""
+        return testcases_problem(task_cfg, "lines", "lines", settings)
+
+    def _released(self, setting: Setting) -> Path | None:
+        """The released file a setting evaluates, or ``None`` (records generated)."""
+        if self.testcases_dir and setting.unit == "lines":
+            return testcase_path(self.testcases_dir, "lines", setting.value)
+        return None
 
     def data_source(self, setting: Setting) -> str:
-        """``synthetic``: the benchmark generates its examples, upstream too (lengthx.data.provenance)."""
-        return SYNTHETIC
+        """The released test-case file (name and hash), or ``synthetic``: generated records, as LongEval's own
+        generator makes them (lengthx.data.provenance)."""
+        path = self._released(setting)
+        return file_label(path) if path is not None else SYNTHETIC
 
     def examples(self, setting: Setting, tokenizer: PreTrainedTokenizerBase, n: int, seed: int) -> list[Example]:
-        """``n`` examples at ``setting`` (a number of lines, or a token count fitted by bisection)."""
+        """``n`` examples at ``setting`` (a number of lines, or a token count fitted by bisection).
+
+        With ``testcases_dir`` a setting of N lines evaluates the first ``n`` cases of ``{N}_lines.jsonl`` at the
+        task's own seed; any other seed (Algorithm 1's calibration records) draws generated records."""
+        path = self._released(setting)
+        if path is not None and seed == self.seed:
+            return self._released_examples(path, tokenizer, n, seed)
         out = []
         for i in range(n):
             s = case_seed(seed, i)
@@ -313,6 +344,20 @@ class LinesTask:
                                 "query_position": case.query}))
         return out
 
+    def _released_examples(self, path: Path, tokenizer: PreTrainedTokenizerBase, n: int, seed: int) -> list[Example]:
+        """The first ``n`` released cases of ``path``: their prompts as they are, their expected numbers."""
+        rows = read_testcases(path, "lines")
+        if n > len(rows):
+            raise ValueError(f"{path} holds {len(rows)} test cases; task.num_examples={n} asks for more")
+        out = []
+        for i, row in enumerate(rows[:n]):
+            asked = row.get("random_idx") or [None, None]
+            out.append(Example(f"{seed}-{i}", row["prompt"], int(row["expected_number"]), None,
+                               count_tokens(tokenizer, row["prompt"]),
+                               {"n_lines": row.get("num_lines"), "query_idx": asked[0], "query_position": asked[1],
+                                "testcase": f"{path.name}:{row['_line']}"}))
+        return out
+
     def score(self, output: str, example: Example) -> dict[str, float]:
-        """100 when the last integer of the output is the asked line's number, else 0."""
+        """100 when the last integer of the output is the asked line's number, else 0 (LongEval's ``eval.py``)."""
         return {"accuracy": 100.0 * lines_correct(output, example.target)}
