@@ -129,13 +129,13 @@ LINES_CASE_PROMPT = (
     "<REGISTER_CONTENT> in line torpid-kid? I need the number. "
 )
 TOPICS_CASE_PROMPT = (
-    "\"Below is a record of our previous conversation on 2 different topics. You are the ASSISTANT, and I am the "
+    "Below is a record of our previous conversation on 2 different topics. You are the ASSISTANT, and I am the "
     "USER. At the beginning of each topic, the USER will say 'I would like to discuss the topic of <TOPIC>'. "
     "Memorize each <TOPIC>. At the end of the record, I will ask you to retrieve the first topic name. Now the "
     "record start. USER: I would like to discuss the topic of the psychology of creativity. \n ASSISTANT: Sure! "
     "\n USER: Great, this is the end of our discussion on the psychology of creativity. Let's talk about the next "
     "topic.USER: I would like to discuss the topic of the benefits of volunteering. \n ASSISTANT: Sure! Now the "
-    "record ends. What is the first topic we discussed? Only give me the topic name. Do not summarize yourself.\""
+    "record ends. What is the first topic we discussed? Only give me the topic name. Do not summarize yourself."
 )
 
 

@@ -4,9 +4,9 @@ files its ``eval.py`` evaluates: ``topics/testcases/{N}_topics.jsonl`` and ``lin
 
 Facts of the released files: a topics case has ``prompt`` and ``topics`` (the first is the answer); a lines case
 has ``prompt``, ``expected_number`` (the answer), ``random_idx`` ([asked index, its position]) and ``num_lines``.
-Their prompts are not the generator's current wording (topics ask "What is the first topic we discussed?", from
-15 topics the header says "retrieve the first topic name.", and the prompt is wrapped in double quotes; every
-lines prompt ends "I need the number. " with a trailing space): ``eval.py`` sends them as they are, and so does
+Their prompts are not the generator's current wording (topics ask "What is the first topic we discussed?", and
+from 15 topics the header says "retrieve the first topic name."; every lines prompt ends "I need the number. "
+with a trailing space): ``eval.py`` sends them as they are, and so does
 lengthx, byte for byte. ``eval.py`` scores lines by the last integer of the output, as the generated records
 are scored; for topics it only writes the output beside the first topic, for a GPT judge
 (``auto_topic_eval.py``), so lengthx scores them as it scores generated topics.
