@@ -220,3 +220,45 @@ def test_testcases_dir_problems_name_the_file_and_the_fix(tmp_path):
 
     with pytest.raises(DataFormatError, match="5_topics.jsonl, line 1: field 'topics'"):
         TopicsTask(testcases_dir=str(tmp_path)).examples(Setting("5", 5, "topics"), None, 1, seed=0)
+
+
+# ---- carrying committed cells to a new scoring rule (lengthx.cli.rescore) ------------------------------------
+
+
+@pytest.mark.slow
+def test_rescore_carries_cells_to_the_new_rule_without_generating(tiny_model_dir, tmp_path):
+    """Cells computed under an older scoring version take the new hash and the scores of their stored outputs; a
+    run of the current config then finds them done (no row, no record is added)."""
+    from lengthx.cli.rescore import RESCORED, rescore
+    from lengthx.core.runner import Runner
+    from lengthx.core.store import ResultsStore
+    from lengthx.models.minis import compose_run
+
+    res = tmp_path / "res"
+    job = ["task=code_completion", "method=none", f"model.path={tiny_model_dir}", "model.l_tr=64",
+           "task.num_examples=2", "task.settings=[48]", "task.max_new_tokens=6", "device=cpu"]
+    old = Runner(compose_run([*job, f"results_dir={res}", "task.scoring_version=1"]))
+    old.run()
+    store = ResultsStore(res)
+    (key,) = {c.key for c, _ in old.cells()}
+    path = store.records_path(key)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for r in records:  # scores the older rule gave: not what the current rule gives these outputs
+        r["scores"] = {"exact_match": 100.0, "edit_similarity": 55.5}
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    counts = rescore(res, "code_completion", ["task.scoring_version=1"], ["run " + " ".join(job)])
+    assert counts.rescored_cells == 1 and counts.rows == 3 and counts.records == 2 and not counts.left
+    new = Runner(compose_run([*job, f"results_dir={res}"]))
+    ((cell, chash),) = new.cells()
+    assert store.is_done(cell.key, chash, new.cell_metrics)
+    rescored = list(store.load_records(cell.key).values())
+    task = CodeCompletionTask()
+    expected = [task.score(r["output"], Example(r["id"], "", r["target"], None, 0)) for r in rescored]
+    assert [r["scores"] for r in rescored] == expected and {r["config_hash"] for r in rescored} == {chash}
+    rows = store.read()
+    em = rows[rows["metric"] == "edit_similarity"]
+    assert list(em["value"]) == [round(sum(e["edit_similarity"] for e in expected) / 2, 4)]
+    assert set(rows["message"]) == {RESCORED} and set(rows["config_hash"]) == {chash}
+    before = path.read_bytes()
+    new.run()
+    assert len(store.read()) == len(rows) and path.read_bytes() == before  # nothing recomputed

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from lengthx.cli.migrate_hashes import MINI_RECIPES, recipe_jobs, row_jobs
 from lengthx.config import compose
 from lengthx.core.cells import cell_hash, experiment_skip_reason, planned_cells
@@ -79,6 +81,21 @@ def plan(results_dir: Path, task: str, old: list[str], commands: tuple[str, ...]
     return out
 
 
+_EVALUATION: dict[str, list[Example]] = {}  # a setting's evaluation examples, shared by the methods of one job
+
+
+def _cell_examples(cell: CellPlan) -> list[Example]:
+    """The cell's examples as its run builds them (:meth:`Runner.cell_examples`), the evaluation examples built
+    once per (model, task config, setting) and shared by every method."""
+    runner = cell.runner
+    key = json.dumps([runner.cfg.model.name, str(runner.weights), OmegaConf.to_container(runner.cfg.task, resolve=True),
+                      [cell.setting.label, cell.setting.value, cell.setting.unit]], sort_keys=True, default=str)
+    if key not in _EVALUATION:
+        _EVALUATION[key] = runner.evaluation_examples(cell.setting)
+    runner._evaluation = ((cell.setting.label, cell.setting.value, cell.setting.unit), _EVALUATION[key])
+    return runner.cell_examples(cell.setting)
+
+
 def _rescore_records(store: ResultsStore, key: str, old: str, cell: CellPlan, n: int, counts: Counts
                      ) -> tuple[list[bytes], dict[str, float]] | None:
     """The cell's records file with its ``old``-hash records rescored (None, with the reason counted, when they
@@ -89,7 +106,7 @@ def _rescore_records(store: ResultsStore, key: str, old: str, cell: CellPlan, n:
     if len(mine) < n:
         counts.left.append(f"{key}: {len(mine)} records under {old}, its row has n = {n}")
         return None
-    examples = {e.id: e for e in cell.runner.cell_examples(cell.setting)}
+    examples = {e.id: e for e in _cell_examples(cell)}
     task = cell.runner.task
     totals = {m: 0.0 for m in task.metrics}
     for ex_id, k in mine.items():
@@ -107,46 +124,63 @@ def _rescore_records(store: ResultsStore, key: str, old: str, cell: CellPlan, n:
     return lines, {m: round(v / len(mine), 4) for m, v in totals.items()}
 
 
+def _rows(store: ResultsStore) -> tuple[str, list[list[str]]]:
+    text = store.csv_path.read_text(encoding="utf-8")
+    rows = list(csv.reader(io.StringIO(text, newline="")))
+    if _csv_text(rows) != text:
+        raise StoreError(f"{store.csv_path} is not in the form lengthx writes it; rescore it by hand")
+    return text, rows
+
+
+COL = {name: COLUMNS.index(name) for name in ("cell", "config_hash", "metric", "value", "n", "status", "git_commit",
+                                             "message")}
+
+
 def rescore(results_dir: Path, task: str, old: list[str], commands: tuple[str, ...] | list[str] = MINI_RECIPES
             ) -> Counts:
-    """Plan and apply the rescoring of ``task``'s cells in ``results_dir`` (under its store's lock)."""
+    """Plan and apply the rescoring of ``task``'s cells in ``results_dir``: the records are scored again first,
+    then rows and records are rewritten under the store's lock (other runs may append meanwhile)."""
     store = ResultsStore(Path(results_dir))
     cells = plan(Path(results_dir), task, old, commands)
     counts = Counts()
+    _, rows = _rows(store)
+    found: dict[tuple[str, str], list[list[str]]] = {}
+    for row in rows[1:]:
+        if (row[COL["cell"]], row[COL["config_hash"]]) in cells and row[COL["status"]] == "ok":
+            found.setdefault((row[COL["cell"]], row[COL["config_hash"]]), []).append(row)
+    done: dict[tuple[str, str], tuple[list[bytes], dict[str, float]] | None] = {}  # None: rehashed only
+    for (key, old_hash), cell_rows in sorted(found.items()):
+        cell = cells[(key, old_hash)]
+        if cell.stats or not set(cell.runner.task.metrics) & {r[COL["metric"]] for r in cell_rows}:
+            done[(key, old_hash)] = None
+            continue
+        result = _rescore_records(store, key, old_hash, cell, int(cell_rows[0][COL["n"]]), counts)
+        if result is not None:
+            done[(key, old_hash)] = result
+            print(f"rescored {key}", flush=True)
     with store.lock:
-        text = store.csv_path.read_text(encoding="utf-8")
-        rows = list(csv.reader(io.StringIO(text, newline="")))
-        if _csv_text(rows) != text:
-            raise StoreError(f"{store.csv_path} is not in the form lengthx writes it; rescore it by hand")
-        col = {name: COLUMNS.index(name) for name in ("cell", "config_hash", "metric", "value", "n", "status",
-                                                     "git_commit", "message")}
-        by_cell: dict[tuple[str, str], list[list[str]]] = {}
+        _, rows = _rows(store)
         for row in rows[1:]:
-            if (row[col["cell"]], row[col["config_hash"]]) in cells and row[col["status"]] == "ok":
-                by_cell.setdefault((row[col["cell"]], row[col["config_hash"]]), []).append(row)
-        for (key, old_hash), cell_rows in sorted(by_cell.items()):
-            cell = cells[(key, old_hash)]
-            metrics = set(cell.runner.task.metrics)
-            if not cell.stats and metrics & {r[col["metric"]] for r in cell_rows}:
-                done = _rescore_records(store, key, old_hash, cell, int(cell_rows[0][col["n"]]), counts)
-                if done is None:
-                    continue
-                lines, means = done
-                write_atomic(store.records_path(key), b"".join(lines))
-                counts.records += sum(1 for line in lines if json.loads(line).get("config_hash") == cell.new)
-                for r in cell_rows:
-                    metric = r[col["metric"]]
-                    if metric in means:
-                        if float(r[col["value"]]) != means[metric]:
-                            counts.changed_values.append((key, metric, float(r[col["value"]]), means[metric]))
-                        r[col["value"]] = str(means[metric])  # as a run's csv writer writes the rounded float
-                    r[col["git_commit"]], r[col["message"]] = git_commit(), RESCORED
-                counts.rescored_cells += 1
-            else:
+            which = (row[COL["cell"]], row[COL["config_hash"]])
+            if which not in done or row[COL["status"]] != "ok":
+                continue
+            if done[which] is not None:
+                means = done[which][1]
+                metric = row[COL["metric"]]
+                if metric in means:
+                    if float(row[COL["value"]]) != means[metric]:
+                        counts.changed_values.append((which[0], metric, float(row[COL["value"]]), means[metric]))
+                    row[COL["value"]] = str(means[metric])  # as a run's csv writer writes the rounded float
+                row[COL["git_commit"]], row[COL["message"]] = git_commit(), RESCORED
+            row[COL["config_hash"]] = cells[which].new
+            counts.rows += 1
+        for (key, old_hash), result in sorted(done.items()):
+            if result is None:
                 counts.rehashed_cells += 1
-            for r in cell_rows:
-                r[col["config_hash"]] = cell.new
-                counts.rows += 1
+                continue
+            write_atomic(store.records_path(key), b"".join(result[0]))
+            counts.records += sum(1 for line in result[0] if json.loads(line).get("config_hash") == cells[(key, old_hash)].new)
+            counts.rescored_cells += 1
         write_atomic(store.csv_path, _csv_text(rows).encode("utf-8"))
     return counts
 
