@@ -19,11 +19,13 @@ import difflib
 import json
 import re
 from collections import defaultdict
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from lengthx.data.corpora import stdlib_split
 from lengthx.tasks.lines import HEADER, LINE_TEMPLATE, QUESTION_TEMPLATE
-from lengthx.tasks.metrics import first_line, fuzz_ratio, lcc_code, lines_correct, topic_correct
+from lengthx.tasks.metrics import code_tokens, first_line, fuzz_ratio, lcc_code, lines_correct, topic_correct
 
 TOPICS = (5, 10, 15, 20, 25)
 LINES = (200, 300, 400, 500, 600, 680)
@@ -118,23 +120,21 @@ def _difflib_ratio(a: str, b: str) -> int:
     return int(round(100 * difflib.SequenceMatcher(None, a, b).ratio()))
 
 
-def _csharp_code(line: str) -> str | None:
-    """``tokenize_code`` with the C# grammar, as LongCoder's ``evaluate`` calls it (its module-global parser)."""
+@lru_cache(maxsize=1)
+def _csharp_parser() -> Any:
     try:
         import tree_sitter_c_sharp
         from tree_sitter import Language, Parser
     except ImportError:
         return None
-    parser = Parser(Language(tree_sitter_c_sharp.language()))
-    data = line.encode("utf-8")
-    tokens, stack = [], [parser.parse(data).root_node]
-    while stack:
-        node = stack.pop()
-        if node.child_count == 0 or node.type == "string" or "comment" in node.type:
-            tokens.append(data[node.start_byte:node.end_byte].decode("utf-8", errors="replace"))
-        else:
-            stack.extend(reversed(node.children))
-    return " ".join(tokens)
+    return Parser(Language(tree_sitter_c_sharp.language()))
+
+
+def _csharp_code(line: str) -> str | None:
+    """``tokenize_code`` with the C# grammar, as LongCoder's ``evaluate`` calls it (its module-global parser);
+    ``None`` without tree-sitter-c-sharp."""
+    parser = _csharp_parser()
+    return None if parser is None else " ".join(code_tokens(line, parser))
 
 
 def code_quirks(results: Path) -> dict[str, str]:

@@ -225,7 +225,6 @@ def test_testcases_dir_problems_name_the_file_and_the_fix(tmp_path):
 # ---- carrying committed cells to a new scoring rule (lengthx.cli.rescore) ------------------------------------
 
 
-@pytest.mark.slow
 def test_rescore_carries_cells_to_the_new_rule_without_generating(tiny_model_dir, tmp_path):
     """Cells computed under an older scoring version take the new hash and the scores of their stored outputs; a
     run of the current config then finds them done (no row, no record is added)."""

@@ -49,6 +49,9 @@ class CellPlan:
 
 @dataclass
 class Counts:
+    """What a rescoring did: rows carried, cells rescored or only rehashed, records rewritten, values that changed
+    and the cells it left as they were (with the reason)."""
+
     rows: int = 0
     rescored_cells: int = 0
     rehashed_cells: int = 0

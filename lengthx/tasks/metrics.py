@@ -6,6 +6,7 @@ import re
 import string
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 _INT = re.compile(r"\d+")
 
@@ -77,14 +78,15 @@ def _python_parser():
     return Parser(Language(tree_sitter_python.language()))
 
 
-def code_tokens(line: str) -> list[str]:
+def code_tokens(line: str, parser: Any = None) -> list[str]:
     """The code tokens of one line, as LongCoder's LCC evaluation (``tokenize_code``) takes them from tree-sitter's
     Python parse: every leaf, except that a ``string`` node (quotes, prefix and inner spaces included) and a comment
     are one token each; a zero-width node the parser inserts for a missing token is an empty token. A lone line
-    such as ``else:`` parses with error nodes, whose leaves are still its tokens."""
+    such as ``else:`` parses with error nodes, whose leaves are still its tokens. ``parser``: another tree-sitter
+    parser than Python's (to measure what a grammar changes)."""
     data = line.encode("utf-8")
     tokens: list[str] = []
-    stack = [_python_parser().parse(data).root_node]
+    stack = [(parser or _python_parser()).parse(data).root_node]
     while stack:
         node = stack.pop()
         if node.child_count == 0 or node.type == "string" or "comment" in node.type:
