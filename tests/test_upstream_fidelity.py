@@ -261,3 +261,22 @@ def test_rescore_carries_cells_to_the_new_rule_without_generating(tiny_model_dir
     before = path.read_bytes()
     new.run()
     assert len(store.read()) == len(rows) and path.read_bytes() == before  # nothing recomputed
+
+
+def test_an_unset_testcases_dir_leaves_every_cell_hash_as_it_was(tmp_path):
+    """The key arrived after cells were computed: null (what they ran) stays out of the hash, a folder enters it."""
+    from omegaconf import open_dict
+
+    from lengthx.core.cells import cell_hash, planned_cells
+    from lengthx.models.minis import compose_run
+
+    for task in ("topics", "lines"):
+        cfg = compose_run([f"task={task}", f"results_dir={tmp_path}"])
+        (setting, *_) = [c.setting for c in planned_cells(cfg)]
+        unset = cell_hash(cfg, setting, "w")
+        with open_dict(cfg):
+            del cfg.task["testcases_dir"]
+        assert cell_hash(cfg, setting, "w") == unset
+        with open_dict(cfg):
+            cfg.task.testcases_dir = str(tmp_path)
+        assert cell_hash(cfg, setting, "w") != unset
