@@ -159,7 +159,8 @@ def temperature_figure(df: pd.DataFrame, model: str, task: str, out: Path) -> li
     ax.set_title(f"Figure {num} ({model}): {task} temperature analysis", fontsize=10)
     ax.legend(fontsize=8)
     table = TEMPERATURE_TABLES.get(task)
-    notes.append(f"points and Prop. lines: the τ of Table {table.removeprefix('aa_table')}'s cells" if table else "")
+    from_cells = "points and Prop. lines" if {"prop1", "prop2"} & set(series) else "points"
+    notes.append(f"{from_cells}: the τ of Table {table.removeprefix('aa_table')}'s cells" if table else "")
     fig.text(0.01, 0.01, "; ".join(n for n in notes if n), fontsize=7, color="dimgrey")
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return _save(fig, out, f"fig{num}_temperature_{model}_{task}")
