@@ -188,3 +188,20 @@ def test_numeric_setting_labels_pass_validation(tmp_path):
     from lengthx.tasks import resolve_settings
 
     assert [s.label for s in resolve_settings(cfg.task, "mini", int(cfg.model.l_tr))] == ["5", "25"]
+
+
+def test_dry_run_names_the_data_each_job_needs_and_whether_it_is_there(tmp_path):
+    """A paper-profile dry run lists its cells and says, per job, which data the run reads and whether it is there."""
+    base = ["run", "profile=paper", "model=flan-t5-xl", f"results_dir={tmp_path / 'r'}", "--dry-run"]
+    p = _lengthx([*base, "task=topics"], tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    (line,) = [ln for ln in p.stdout.splitlines() if ln.startswith("data:")]
+    assert line.startswith("data: MISSING") and "conversations.jsonl" in line and "Fix:" in line
+    assert "cell flan-t5-xl|none|topics|5" in p.stdout
+    convs = _conversations(tmp_path / "conversations.jsonl")
+    p = _lengthx([*base, "task=topics", f"task.conversations_path={convs}"], tmp_path)
+    (line,) = [ln for ln in p.stdout.splitlines() if ln.startswith("data:")]
+    assert line.startswith("data: conversations.jsonl@") and line.endswith("(there)")
+    p = _lengthx([*base, "task=lines"], tmp_path)
+    assert "data: synthetic (drawn as the benchmark draws it)" in p.stdout
+    assert not (tmp_path / "r").exists()

@@ -24,3 +24,25 @@ def test_missing_file_is_named(tmp_path):
     md.write_text("<!-- lengthx:include nope.md -->\n<!-- /lengthx:include -->\n")
     with pytest.raises(FileNotFoundError, match="nope.md"):
         update_blocks(md)
+
+
+def test_every_number_of_the_readme_prose_is_printed_by_a_file_of_its_section():
+    """A quantity stated in the README's prose (outside its generated blocks) appears, as printed, in a committed
+    file its section includes or names (``<!-- lengthx:sources … -->``)."""
+    from pathlib import Path
+
+    from lengthx.report.tables.readme import unbacked_numbers
+
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    assert unbacked_numbers(readme) == []
+
+
+def test_a_prose_number_no_source_prints_is_named(tmp_path):
+    from lengthx.report.tables.readme import unbacked_numbers
+
+    (tmp_path / "t.md").write_text("| a | 0.383 | −1.250 |\n")
+    md = tmp_path / "README.md"
+    md.write_text("## One\n<!-- lengthx:sources t.md -->\nP_max falls from 0.383 (−1.250 in all, +1.250 up).\n"
+                  "## Two\nIt was 0.383 at `0.999`, Pythia-1.4B, 3 runs, §5.4, and 0.28 by hand.\n")
+    # +1.250 is not −1.250; section Two names no file; code spans, names, counts and § marks are not quantities
+    assert unbacked_numbers(md) == [f"{md}:3: 1.250", f"{md}:5: 0.383", f"{md}:5: 0.28"]

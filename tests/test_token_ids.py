@@ -118,3 +118,16 @@ def test_a_tokenizer_whose_pieces_merge_is_refused():
     assert ids_after(merging, "abc", "a") == [1]
     with pytest.raises(ValueError, match="do not compose"):
         ids_after(merging, "ab", "c")
+
+
+def test_lines_never_repeat_a_word_within_a_record(gens):
+    """LongEval draws a record's adjectives and its nouns each without replacement: no word twice in a record."""
+    gen = gens["lines"]
+    batch = gen.sample(2000, 12, gen=torch.Generator().manual_seed(7))
+    for key in ("adjective", "noun"):
+        drawn = batch.draw[key]
+        assert drawn.shape == (2000, 12)
+        ordered = drawn.sort(1).values
+        assert not bool((ordered[:, 1:] == ordered[:, :-1]).any()), key
+    every = gen.sample(1, gen.max_lines + 50, gen=torch.Generator().manual_seed(0)).draw["adjective"]
+    assert every.shape[1] == gen.max_lines == len(gen.adjectives) and len(set(every[0].tolist())) == gen.max_lines

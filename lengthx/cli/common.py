@@ -136,6 +136,10 @@ def dry_run_job(cfg: DictConfig, stats: bool = False) -> None:
         return
     name = (cfg.get("experiment_info") or {}).get("name", "-")
     DRY_RUN_CELLS.extend((name, key) for key in print_job_cells(cfg, stats))
+    if cfg.task.name != "segmented_ppl":  # paper B's runs name their corpus above
+        from lengthx.tasks import data_status
+
+        print(data_status(cfg.task, str(cfg.profile.name), int(cfg.model.l_tr)))
 
 
 def print_job_cells(cfg: DictConfig, stats: bool = False) -> list[str]:

@@ -66,6 +66,9 @@ MODEL_UNHASHED_KEYS = ("path", "description", "display", "paper_role", "paper_b_
                        "params")  # params: descriptive (paper A Table 2, paper B Table 1)
 # task keys that pick settings (a cell is one setting) or describe the task
 TASK_UNHASHED_KEYS = ("settings", "only", "description")
+# task keys added after cells were computed whose unset value (null) is what those cells ran: a null one stays out
+# of the hash, so adding the key leaves every existing cell's hash as it was
+TASK_OPTIONAL_KEYS = ("testcases_dir",)
 
 
 def model_identity(model_cfg: Any) -> dict[str, Any]:
@@ -83,7 +86,7 @@ def config_hash(cfg: DictConfig, setting: Setting) -> str:
         "model": model_identity(cfg.model),
         "method": OmegaConf.to_container(cfg.method, resolve=True),
         "task": {k: v for k, v in OmegaConf.to_container(cfg.task, resolve=True).items()
-                 if k not in TASK_UNHASHED_KEYS},
+                 if k not in TASK_UNHASHED_KEYS and not (k in TASK_OPTIONAL_KEYS and v is None)},
         "setting": [setting.label, setting.value, setting.unit],
         "dtype": cfg.dtype,
         "calibration": OmegaConf.to_container(cfg.calibration, resolve=True)

@@ -41,17 +41,16 @@ def encode(loaded: LoadedModel, prompts: list[str]) -> dict[str, torch.Tensor]:
 
 
 class FirstLineDone:
-    """A ``generate`` stopping criterion: a sequence is done once its new text holds a complete first line
-    (a newline after some non-newline text), for tasks scored on the first line only (next-line code
-    completion, paper A §5.4). The score is the same as with the full ``max_new_tokens``; decoding stops
-    sooner."""
+    """A ``generate`` stopping criterion: a sequence is done once its new text holds a newline, for tasks scored on
+    the text before the first newline only (next-line code completion, paper A §5.4, as LongCoder's evaluation
+    cuts it). The score is the same as with the full ``max_new_tokens``; decoding stops sooner."""
 
     def __init__(self, tokenizer, prompt_length: int):
         self.tokenizer, self.prompt_length = tokenizer, prompt_length
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         texts = self.tokenizer.batch_decode(input_ids[:, self.prompt_length:], skip_special_tokens=True)
-        done = ["\n" in t.lstrip("\r\n") for t in texts]
+        done = ["\n" in t for t in texts]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 

@@ -46,4 +46,39 @@ def build_task(task_cfg: Any, profile: str = "mini", l_tr: int | None = None) ->
     return task
 
 
-__all__ = ["TASKS", "Example", "Setting", "all_settings", "build_task", "resolve_settings"]
+def data_status(task_cfg: Any, profile: str, l_tr: int) -> str:
+    """One line for a dry run: the data a job's task reads and whether it is there (docs/design.md §8).
+
+    ``data: MISSING …`` with the problem a run would stop on (the file, where the public one comes from, the fix),
+    else ``data: …`` with what each row would name (``lengthx.data.provenance``): a file's name and hash, a hub
+    data set (``hub, cached`` or ``hub, downloaded on first use``), or what the task builds itself."""
+    from lengthx.data.provenance import GENERATED, SYNTHETIC, hub_dataset_cached
+
+    cls = TASKS.get(str(task_cfg.name))
+    if cls is None:
+        return f"data: task {task_cfg.name!r} has no implementation"
+    try:
+        settings = resolve_settings(task_cfg, profile, l_tr)
+    except ValueError as err:
+        return f"data: MISSING: {err}"
+    check = getattr(cls, "data_problem", None)
+    problem = check(task_cfg, profile, settings) if check is not None else None
+    if problem:
+        return f"data: MISSING: {problem}"
+    task = build_task(task_cfg, profile)
+    source = getattr(task, "data_source", None)
+    if source is None:
+        return "data: read when the run starts (this task names no data before)"
+    labels = []
+    for s in settings:
+        label = str(source(s))
+        if label in (GENERATED, SYNTHETIC) or label.startswith("stdlib-") or "@" in label:
+            note = {GENERATED: " (built by lengthx, no file)", SYNTHETIC: " (drawn as the benchmark draws it)"}
+            labels.append(label + note.get(label, " (there)"))
+        else:
+            cached = hub_dataset_cached(label.rsplit(":", 1)[0])
+            labels.append(f"{label} (hub, {'cached' if cached else 'downloaded on first use'})")
+    return "data: " + ", ".join(dict.fromkeys(labels))
+
+
+__all__ = ["TASKS", "Example", "Setting", "all_settings", "build_task", "data_status", "resolve_settings"]

@@ -1,10 +1,11 @@
 """Next-line code completion on LCC (Guo et al. 2023, LongCoder), paper A §5.4 / Tables 6, 12, 13.
 
-Benchmark facts (docs/design.md §6): an LCC row is a Python file prefix ``context`` and the next line ``gt``; runs
-of newlines in the context are collapsed; the model's prediction is the first line of its output; the
-scores are CodeXGLUE's line-level exact match (``pred.split() == gt.split()``) and edit similarity
-(fuzzywuzzy ``fuzz.ratio`` semantics, 0-100, see :mod:`lengthx.tasks.metrics`); results are reported per context
-length bucket ``[n·1000, (n+1)·1000)`` tokens, n = 1..15, at L_tr = 768 (CodeT5+ 770M-py).
+Benchmark facts (docs/design.md §6), as LongCoder's ``run.py`` evaluates LCC: a row is a Python file prefix
+``context`` and the next line ``gt``; runs of newlines in the context become one (:func:`collapse_newlines`); the
+prediction is the output up to its first newline; both lines are tokenised with tree-sitter (string literals
+and comments whole) and joined by spaces; exact match is ``pred.split() == gt.split()`` and edit similarity
+fuzzywuzzy's integer ``fuzz.ratio`` (:mod:`lengthx.tasks.metrics`). Results are reported per context length
+bucket ``[n·1000, (n+1)·1000)`` tokens, n = 1..15, at L_tr = 768 (CodeT5+ 770M-py).
 
 Data sources (``task.source``):
 
@@ -14,7 +15,8 @@ Data sources (``task.source``):
   ``context`` and ``gt``; a malformed line fails with the file, line number and missing field.
 - ``stdlib``: an LCC-like set built offline from the Python standard library's own source files (the
   ``mini`` profile's default): the context is the last n tokens (model tokenizer) before a line boundary of
-  a real file, the next line (blank lines are collapsed away) is the ground truth.
+  a real file (its blank and whitespace-only lines dropped, so the next line is never blank), the next line is
+  the ground truth.
 
 Settings: ``bucket`` (value = the bucket's lower bound in tokens, the paper's unit; LCC rows whose context
 falls in the bucket, or stdlib contexts of a seeded length inside it) or ``tokens`` (contexts of exactly
@@ -28,6 +30,7 @@ helpers other tasks reuse (:func:`suffix_with_tokens`, :func:`prefix_with_tokens
 from __future__ import annotations
 
 import random
+import re
 import sysconfig
 from collections.abc import Collection
 from dataclasses import dataclass, replace
@@ -51,10 +54,19 @@ LCC_DATASET = "microsoft/LCC_python"
 BUCKET_WIDTH = 1000
 
 
+_NEWLINES = re.compile("\n+")
+
 
 
 def collapse_newlines(text: str) -> str:
-    """LCC preprocessing: runs of newlines (blank or whitespace-only lines) become one newline."""
+    """LCC preprocessing as LongCoder's ``run.py`` does it (``re.sub("\\n+", "\\n", source)``): a run of newlines
+    becomes one; a line of spaces stays, and so does one leading newline."""
+    return _NEWLINES.sub("\n", text)
+
+
+def drop_blank_lines(text: str) -> str:
+    """The offline stand-ins' preprocessing (standard-library rows, code key's files): blank and whitespace-only
+    lines are dropped, so a row's next line is never blank."""
     kept = [line for line in text.split("\n") if line.strip()]
     out = "\n".join(kept)
     return out + "\n" if text.endswith("\n") and kept else out
@@ -86,10 +98,10 @@ def load_lcc_hf(name: str = LCC_DATASET, split: str = "test") -> list[CodeRow]:
 def stdlib_row(rng: random.Random, tokenizer: PreTrainedTokenizerBase, n_tokens: int,
                files: tuple[tuple[str, str], ...], max_tries: int = 400) -> CodeRow:
     """An LCC-like row: the last ``n_tokens`` tokens (special tokens included) before a line boundary of a
-    standard-library file (newline runs collapsed), and that file's next line as ``gt``."""
+    standard-library file (blank lines dropped: :func:`drop_blank_lines`), and that file's next line as ``gt``."""
     for _ in range(max_tries):
         rel, raw = files[rng.randrange(len(files))]
-        text = collapse_newlines(raw)
+        text = drop_blank_lines(raw)
         ratio = chars_per_token(tokenizer, text)
         need = int(n_tokens * ratio * 1.05) + 1
         if len(text) <= need:
@@ -249,12 +261,10 @@ class CodeCompletionTask:
 
     # ---- scoring ---------------------------------------------------------------------------------------
     def score(self, output: str, example: Example) -> dict[str, float]:
-        """EM (0/100) and edit similarity (0-100) of the output's first line against the ground truth.
-
-        Both lines are compared as code tokens (:func:`lengthx.tasks.metrics.code_tokens`: tree-sitter's leaves, as
-        LongCoder's LCC evaluation tokenises them), so spacing and indentation never decide a match.
-        """
-        pred, gt = first_line(output).strip(), str(example.target).strip()
+        """EM (0/100) and edit similarity (0-100) of the output's first line against the ground truth, as
+        LongCoder's LCC evaluation scores them: the output up to its first newline
+        (:func:`lengthx.tasks.metrics.first_line`), both lines as tree-sitter code tokens, ES an integer."""
+        pred, gt = first_line(output), str(example.target)
         return {"exact_match": 100.0 * code_exact_match(pred, gt), "edit_similarity": edit_similarity(pred, gt)}
 
 

@@ -43,7 +43,7 @@ from lengthx.tasks.code_completion import (
     LCC_DATASET,
     code_data_label,
     code_data_problem,
-    collapse_newlines,
+    drop_blank_lines,
     load_lcc_hf,
     resolve_source,
 )
@@ -254,7 +254,7 @@ class CodeKeyTask:
         size, ratio = 0, None
         for idx in order:
             path, code = files[idx]
-            code = collapse_newlines(code).rstrip("\n") + "\n"
+            code = drop_blank_lines(code).rstrip("\n") + "\n"
             header = FILE_HEADER.format(path=path)
             file_cuts, file_anchors = code_points(code)
             base = size + len(header)

@@ -7,7 +7,8 @@ adjective-noun pair drawn from ``wonderwords`` word lists (e.g. ``"swift-river"`
 lines: 200, 300, …, 680). The score rule (docs/design.md §6) is: the *last* integer of the output equals ``n``.
 
 This module is pure Python: building prompts, seeded cases and the word lists. Token-exact length fitting
-and scoring by a model live elsewhere.
+and scoring by a model live elsewhere. ``task.testcases_dir`` evaluates LongEval's released cases instead
+(:mod:`lengthx.tasks.longeval_testcases`).
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from lengthx.data.fitting import bisect_largest, count_tokens
-from lengthx.data.provenance import SYNTHETIC
+from lengthx.data.provenance import SYNTHETIC, file_label
 from lengthx.tasks.base import Example, Setting
+from lengthx.tasks.longeval_testcases import read_testcases, testcase_path, testcases_problem
 from lengthx.tasks.metrics import lines_correct
 
 if TYPE_CHECKING:
@@ -211,18 +214,27 @@ class LinesCase:
 
 
 def random_line_indices(n: int, rng: random.Random) -> list[str]:
-    """``n`` distinct adjective-noun line indices drawn with ``rng`` (LongEval's "LRT-NL" indices)."""
+    """``n`` adjective-noun line indices drawn with ``rng`` as LongEval's ``generate_line_index`` ("LRT-NL") draws
+    them: ``n`` adjectives and ``n`` nouns, each *without replacement* (wonderwords' ``random_words``), paired in
+    order, so no adjective and no noun appears twice in a record.
+
+    Each list is shuffled whole and its first ``n`` words are taken, so the indices of a shorter record are a
+    prefix of a longer one's (what :func:`lines_case_at` relies on)."""
     adjectives, nouns = line_index_vocabulary()
-    if n > len(adjectives) * len(nouns):
-        raise ValueError(f"cannot draw {n} distinct indices from {len(adjectives)}x{len(nouns)} words")
-    seen: dict[str, None] = {}
-    while len(seen) < n:
-        seen.setdefault(f"{rng.choice(adjectives)}-{rng.choice(nouns)}", None)
-    return list(seen)
+    most = min(len(adjectives), len(nouns))
+    if n > most:
+        raise ValueError(f"a record of {n} lines needs {n} distinct adjectives and nouns, but the vocabulary has "
+                         f"{len(adjectives)} adjectives and {len(nouns)} nouns (install wonderwords for its full "
+                         "lists)")
+    adjectives, nouns = list(adjectives), list(nouns)
+    rng.shuffle(adjectives)
+    rng.shuffle(nouns)
+    return [f"{a}-{b}" for a, b in zip(adjectives[:n], nouns[:n], strict=True)]
 
 
 def lines_case(n_lines: int, rng: random.Random) -> LinesCase:
-    """One case with ``n_lines`` lines: distinct indices, values uniform in 1..50000, asked line uniform."""
+    """One case with ``n_lines`` lines: indices without a repeated word, values uniform in 1..50000, asked line
+    uniform."""
     if n_lines < 1:
         raise ValueError("n_lines must be at least 1")
     indices = random_line_indices(n_lines, rng)
@@ -252,11 +264,13 @@ def fit_lines_case(
     """The case of ``seed`` with the most lines whose prompt has at most ``max_tokens`` tokens.
 
     ``count_tokens`` counts a prompt's tokens with the model's own tokenizer (docs/design.md §6: lengths are
-    token-exact, never characters). Bisection on the number of lines in ``[1, max_lines]``; the asked line
+    token-exact, never characters). Bisection on the number of lines in ``[1, max_lines]`` (at most as many as
+    the vocabulary has adjectives and nouns); the asked line
     stays uniform over the kept lines. Raises ``ValueError`` if even one line does not fit.
     """
     if count_tokens(lines_case_at(1, seed).prompt) > max_tokens:
         raise ValueError(f"a one-line record already exceeds {max_tokens} tokens")
+    max_lines = min(max_lines, *map(len, line_index_vocabulary()))  # no word repeats within a record
     # hi = max_lines + 1 stands for "past max_lines", never tried
     lo = bisect_largest(lambda n: count_tokens(lines_case_at(n, seed).prompt) <= max_tokens, 1, max_lines + 1)
     return lines_case_at(lo, seed)
@@ -271,21 +285,49 @@ def case_seed(seed: int, i: int) -> int:
 
 
 class LinesTask:
-    """LongEval lines: seeded records of ``line <idx>: REGISTER_CONTENT is <n>``, last-integer scoring."""
+    """LongEval lines: seeded records of ``line <idx>: REGISTER_CONTENT is <n>``, last-integer scoring; with
+    ``testcases_dir``, LongEval's released cases (:mod:`lengthx.tasks.longeval_testcases`)."""
 
     name = "lines"
     metrics = ("accuracy",)
 
-    def __init__(self, max_new_tokens: int = 100, max_lines: int = 2000):
+    def __init__(self, max_new_tokens: int = 100, max_lines: int = 2000, testcases_dir: str | None = None,
+                 seed: int = 0):
         self.max_new_tokens = max_new_tokens
         self.max_lines = max_lines
+        self.testcases_dir, self.seed = testcases_dir, int(seed)
+
+    @classmethod
+    def from_config(cls, task_cfg: Any, profile: str = "mini") -> LinesTask:
+        """The task from its Hydra config (``conf/task/lines.yaml``)."""
+        return cls(max_new_tokens=int(task_cfg.max_new_tokens), testcases_dir=task_cfg.get("testcases_dir"),
+                   seed=int(task_cfg.get("seed") or 0))
+
+    @staticmethod
+    def data_problem(task_cfg: Any, profile: str, settings: list[Setting] | None = None) -> str | None:
+        """Why ``task.testcases_dir`` cannot give every setting its released cases, or ``None``."""
+        return testcases_problem(task_cfg, "lines", "lines", settings)
+
+    def _released(self, setting: Setting) -> Path | None:
+        """The released file a setting evaluates, or ``None`` (records generated)."""
+        if self.testcases_dir and setting.unit == "lines":
+            return testcase_path(self.testcases_dir, "lines", setting.value)
+        return None
 
     def data_source(self, setting: Setting) -> str:
-        """``synthetic``: the benchmark generates its examples, upstream too (lengthx.data.provenance)."""
-        return SYNTHETIC
+        """The released test-case file (name and hash), or ``synthetic``: generated records, as LongEval's own
+        generator makes them (lengthx.data.provenance)."""
+        path = self._released(setting)
+        return file_label(path) if path is not None else SYNTHETIC
 
     def examples(self, setting: Setting, tokenizer: PreTrainedTokenizerBase, n: int, seed: int) -> list[Example]:
-        """``n`` examples at ``setting`` (a number of lines, or a token count fitted by bisection)."""
+        """``n`` examples at ``setting`` (a number of lines, or a token count fitted by bisection).
+
+        With ``testcases_dir`` a setting of N lines evaluates the first ``n`` cases of ``{N}_lines.jsonl`` at the
+        task's own seed; any other seed (Algorithm 1's calibration records) draws generated records."""
+        path = self._released(setting)
+        if path is not None and seed == self.seed:
+            return self._released_examples(path, tokenizer, n, seed)
         out = []
         for i in range(n):
             s = case_seed(seed, i)
@@ -302,6 +344,20 @@ class LinesTask:
                                 "query_position": case.query}))
         return out
 
+    def _released_examples(self, path: Path, tokenizer: PreTrainedTokenizerBase, n: int, seed: int) -> list[Example]:
+        """The first ``n`` released cases of ``path``: their prompts as they are, their expected numbers."""
+        rows = read_testcases(path, "lines")
+        if n > len(rows):
+            raise ValueError(f"{path} holds {len(rows)} test cases; task.num_examples={n} asks for more")
+        out = []
+        for i, row in enumerate(rows[:n]):
+            asked = row.get("random_idx") or [None, None]
+            out.append(Example(f"{seed}-{i}", row["prompt"], int(row["expected_number"]), None,
+                               count_tokens(tokenizer, row["prompt"]),
+                               {"n_lines": row.get("num_lines"), "query_idx": asked[0], "query_position": asked[1],
+                                "testcase": f"{path.name}:{row['_line']}"}))
+        return out
+
     def score(self, output: str, example: Example) -> dict[str, float]:
-        """100 when the last integer of the output is the asked line's number, else 0."""
+        """100 when the last integer of the output is the asked line's number, else 0 (LongEval's ``eval.py``)."""
         return {"accuracy": 100.0 * lines_correct(output, example.target)}

@@ -6,6 +6,7 @@ import re
 import string
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 _INT = re.compile(r"\d+")
 
@@ -43,10 +44,11 @@ def best_subspan_em(prediction: str, answers: Sequence[str]) -> float:
     substring of the normalised prediction, else 0.0.
 
     As upstream, the prediction is first cut at its first newline (the model's answer is its first line);
-    normalisation is SQuAD's (:func:`normalize_answer`).
+    normalisation is SQuAD's (:func:`normalize_answer`). A gold answer that normalises to "" is a substring of
+    every prediction, so it scores 1.0, as upstream's ``metrics.py`` scores it.
     """
     pred = normalize_answer(prediction.split("\n")[0])
-    return float(any(normalize_answer(a) in pred for a in answers if normalize_answer(a)))
+    return float(any(normalize_answer(a) in pred for a in answers))
 
 
 def topic_correct(output: str, topic: str) -> bool:
@@ -63,8 +65,9 @@ def topic_correct(output: str, topic: str) -> bool:
 
 
 def first_line(output: str) -> str:
-    """The prediction of a next-line completion: the first line of the output, leading newlines skipped."""
-    return output.lstrip("\r\n").split("\n")[0]
+    """The prediction of a next-line completion, as LongCoder's LCC evaluation takes it: the output up to its first
+    newline (``text[:text.index("\n")]``), so an output that starts with a newline predicts the empty line."""
+    return output.split("\n", 1)[0]
 
 
 @lru_cache(maxsize=1)
@@ -75,46 +78,53 @@ def _python_parser():
     return Parser(Language(tree_sitter_python.language()))
 
 
-def code_tokens(line: str) -> list[str]:
-    """The code tokens of one line, as LongCoder's LCC evaluation compares them: tree-sitter's leaves.
-
-    The line is parsed with tree-sitter's Python grammar (a lone line such as ``else:`` parses with error
-    nodes, whose leaves are still its tokens); zero-width nodes the parser inserts are skipped. When the
-    leaves do not spell the line's non-space characters exactly (a construct the grammar splits oddly),
-    the line falls back to whitespace tokens, CodeXGLUE's plain ``split()``.
-    """
-    tree = _python_parser().parse(line.encode("utf-8"))
+def code_tokens(line: str, parser: Any = None) -> list[str]:
+    """The code tokens of one line, as LongCoder's LCC evaluation (``tokenize_code``) takes them from tree-sitter's
+    Python parse: every leaf, except that a ``string`` node (quotes, prefix and inner spaces included) and a comment
+    are one token each; a zero-width node the parser inserts for a missing token is an empty token. A lone line
+    such as ``else:`` parses with error nodes, whose leaves are still its tokens. ``parser``: another tree-sitter
+    parser than Python's (to measure what a grammar changes)."""
+    data = line.encode("utf-8")
     tokens: list[str] = []
-    stack = [tree.root_node]
+    stack = [(parser or _python_parser()).parse(data).root_node]
     while stack:
         node = stack.pop()
-        if node.child_count == 0 or node.type in ("string_content", "comment"):
-            text = line.encode("utf-8")[node.start_byte:node.end_byte].decode("utf-8", errors="replace")
-            if text:
-                tokens.append(text)
+        if node.child_count == 0 or node.type == "string" or "comment" in node.type:
+            tokens.append(data[node.start_byte:node.end_byte].decode("utf-8", errors="replace"))
         else:
             stack.extend(reversed(node.children))
-    if "".join(tokens).replace(" ", "").replace("\t", "") != "".join(line.split()):
-        return line.split()
-    return [w for t in tokens for w in (t.split() if t.strip() else [])]
+    return tokens
+
+
+def lcc_code(line: str) -> str:
+    """A line as LongCoder's LCC evaluation compares it: its :func:`code_tokens` joined by single spaces."""
+    return " ".join(code_tokens(line))
 
 
 def code_exact_match(pred: str, gt: str) -> bool:
-    """Line-level exact match (LCC, as LongCoder evaluates it): equal code-token sequences, so
-    ``f(a,b)`` matches ``f(a, b)``; see :func:`code_tokens`."""
-    return code_tokens(pred) == code_tokens(gt)
+    """Line-level exact match as LongCoder's LCC evaluation: ``pred.split() == gt.split()`` of the two lines'
+    :func:`lcc_code`, so ``f(a,b)`` matches ``f(a, b)`` (and spaces inside a string literal do not count)."""
+    return lcc_code(pred).split() == lcc_code(gt).split()
+
+
+def fuzz_ratio(a: str, b: str) -> int:
+    """fuzzywuzzy's ``fuzz.ratio`` with python-Levenshtein: 100 for equal strings, 0 when one is empty, else the
+    normalised Indel similarity ``(len a + len b − distance) / (len a + len b)`` × 100 rounded to an integer
+    (Python's ``round``); ``rapidfuzz`` computes the distance."""
+    from rapidfuzz.distance import Indel
+
+    if a == b:
+        return 100
+    if not a or not b:
+        return 0
+    total = len(a) + len(b)
+    return int(round(100 * ((total - Indel.distance(a, b)) / total)))
 
 
 def edit_similarity(pred: str, gt: str) -> float:
-    """Line-level edit similarity in 0..100: fuzzywuzzy's ``fuzz.ratio`` without its rounding, of the two
-    lines' code tokens joined by single spaces (LongCoder's LCC evaluation; :func:`code_tokens`).
-
-    ``fuzz.ratio`` is the normalised Indel similarity ``(1 - indel_distance / (len(a) + len(b))) * 100``
-    (two empty strings are equal: 100), which ``rapidfuzz.fuzz.ratio`` computes exactly.
-    """
-    from rapidfuzz import fuzz
-
-    return float(fuzz.ratio(" ".join(code_tokens(pred)), " ".join(code_tokens(gt))))
+    """Line-level edit similarity (0-100, an integer as LongCoder reports it): :func:`fuzz_ratio` of the two lines'
+    :func:`lcc_code`."""
+    return float(fuzz_ratio(lcc_code(pred), lcc_code(gt)))
 
 
 def code_key_correct(output: str, key: int) -> bool:

@@ -163,8 +163,8 @@ class PasskeyIds:
 class LinesIds:
     """LongEval lines prompts (:func:`lengthx.tasks.lines.lines_prompt`) of at most ``l_max`` tokens, as ids.
 
-    The draw is LongEval's: distinct adjective-noun indices from :func:`lengthx.tasks.lines.line_index_vocabulary`,
-    values uniform in 1..50000, the asked line uniform among the record's lines. ``sample`` asks for a number
+    The draw is LongEval's: adjective-noun indices from :func:`lengthx.tasks.lines.line_index_vocabulary` with no
+    adjective and no noun repeated within a record, values uniform in 1..50000, the asked line uniform among the record's lines. ``sample`` asks for a number
     of lines per example and keeps the longest prefix of them that fits ``l_max`` tokens."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, l_max: int, device: torch.device | str = "cpu"):
@@ -189,27 +189,31 @@ class LinesIds:
         self.line_fixed = len(self.line) + len(self.dash) + len(self.mid) + len(self.angle) + len(self.end)
         self.q_fixed = len(self.q_before) + len(self.dash) + len(self.q_after)
 
+    @property
+    def max_lines(self) -> int:
+        """The most lines a record can have without repeating a word: the smaller of the two word lists."""
+        return min(len(self.adjectives), len(self.nouns))
+
     def capacity(self) -> int:
-        """An upper bound on the lines that fit ``l_max`` (every line at its shortest)."""
+        """An upper bound on the lines that fit ``l_max`` (every line at its shortest), at most :attr:`max_lines`."""
         shortest = self.line_fixed + int(self.adj_len.min()) + int(self.noun_len.min()) + 1
-        return max(1, (self.l_max - len(self.header) - self.q_fixed) // shortest)
+        return min(self.max_lines, max(1, (self.l_max - len(self.header) - self.q_fixed) // shortest))
 
     def _distinct_indices(self, batch: int, n: int, gen: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(adjective, noun) ids of ``n`` lines per record, each word drawn without replacement within its record
+        (LongEval's ``generate_line_index``): the first ``n`` of a random permutation of each list."""
         n_adj, n_noun = len(self.adjectives), len(self.nouns)
-        code = torch.randint(n_adj * n_noun, (batch, n), generator=gen, device=self.device)
-        while True:  # redraw an index that repeats an earlier one of its record
-            ordered, order = code.sort(1)
-            dup = torch.zeros_like(code, dtype=torch.bool)
-            dup.scatter_(1, order[:, 1:], ordered[:, 1:] == ordered[:, :-1])
-            if not bool(dup.any()):
-                return code // n_noun, code % n_noun
-            code = torch.where(dup, torch.randint(n_adj * n_noun, code.shape, generator=gen, device=self.device),
-                               code)
+        if n > min(n_adj, n_noun):
+            raise ValueError(f"a record of {n} lines needs {n} distinct adjectives and nouns; the vocabulary has "
+                             f"{n_adj} adjectives and {n_noun} nouns")
+        adj = torch.rand(batch, n_adj, generator=gen, device=self.device).argsort(1)[:, :n]
+        noun = torch.rand(batch, n_noun, generator=gen, device=self.device).argsort(1)[:, :n]
+        return adj, noun
 
     def sample(self, batch: int, n_lines: torch.Tensor | int, gen: torch.Generator | None = None) -> IdBatch:
         """``batch`` records of (up to) ``n_lines`` lines each (an int or one per example)."""
         dev = self.device
-        n_req = torch.as_tensor(n_lines, device=dev).expand(batch).clamp(min=1)
+        n_req = torch.as_tensor(n_lines, device=dev).expand(batch).clamp(min=1, max=self.max_lines)
         width = int(n_req.max())
         adj, noun = self._distinct_indices(batch, width, gen)
         value = torch.randint(1, lines.MAX_VALUE + 1, (batch, width), generator=gen, device=dev)

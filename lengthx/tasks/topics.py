@@ -18,6 +18,9 @@ Scoring: upstream asked a GPT model to judge whether the output names the first 
 documented rule, :func:`lengthx.tasks.metrics.topic_correct`: the SQuAD-normalised topic (lower case, no
 punctuation, no articles, single spaces) must occur as a whole run of words in the normalised output.
 
+``task.testcases_dir`` evaluates LongEval's released test cases instead, their prompts byte for byte
+(:mod:`lengthx.tasks.longeval_testcases`); rows then name the file.
+
 Settings: ``topics`` (N full conversations, the paper's unit) or ``tokens``: the record is then the
 seeded sequence of conversations cut at a word boundary so that the prompt has the requested token count
 (bisection with the model's tokenizer); the last conversation may be cut short, and N in the header counts
@@ -38,6 +41,7 @@ from lengthx.data.fitting import count_tokens, fit_to_tokens
 from lengthx.data.jsonl import read_jsonl
 from lengthx.data.provenance import GENERATED, file_label
 from lengthx.tasks.base import Example, Setting, missing_path
+from lengthx.tasks.longeval_testcases import read_testcases, testcase_path, testcases_problem
 from lengthx.tasks.metrics import topic_correct
 
 if TYPE_CHECKING:
@@ -220,9 +224,11 @@ class TopicsTask:
     score_note = ("Topic retrieval is scored by normalised containment of the first topic in the output; "
                   "upstream LongEval asked a GPT model to judge it, so topic numbers are not directly comparable.")
 
-    def __init__(self, max_new_tokens: int = 50, conversations_path: str | None = None):
+    def __init__(self, max_new_tokens: int = 50, conversations_path: str | None = None,
+                 testcases_dir: str | None = None, seed: int = 0):
         self.max_new_tokens = max_new_tokens
         self.conversations_path = conversations_path
+        self.testcases_dir, self.seed = testcases_dir, int(seed)
         self._conversations: tuple[Conversation, ...] | None = None
 
     @classmethod
@@ -232,12 +238,17 @@ class TopicsTask:
         if problem and profile == "paper":
             raise ValueError(problem)
         return cls(max_new_tokens=int(task_cfg.max_new_tokens),
-                   conversations_path=task_cfg.get("conversations_path"))
+                   conversations_path=task_cfg.get("conversations_path"),
+                   testcases_dir=task_cfg.get("testcases_dir"), seed=int(task_cfg.get("seed") or 0))
 
     @staticmethod
     def data_problem(task_cfg: Any, profile: str, settings: list[Setting] | None = None) -> str | None:
         """Why this config cannot read its conversations, or ``None``: a configured file must exist, and the
-        paper profile must have one (generated conversations are the mini profile's stand-in only)."""
+        paper profile must have one (generated conversations are the mini profile's stand-in only); the same for
+        ``task.testcases_dir``'s released cases (:mod:`lengthx.tasks.longeval_testcases`)."""
+        released = testcases_problem(task_cfg, "topics", "topics", settings)
+        if released:
+            return released
         path = task_cfg.get("conversations_path")
         if path:
             return missing_path("task.conversations_path", path, PAPER_DATA)
@@ -247,8 +258,18 @@ class TopicsTask:
                     "mini profile's stand-in, never the paper profile's)")
         return None
 
+    def _released(self, setting: Setting) -> Path | None:
+        """The released test-case file a setting evaluates, or ``None`` (records built from conversations)."""
+        if self.testcases_dir and setting.unit == "topics":
+            return testcase_path(self.testcases_dir, "topics", setting.value)
+        return None
+
     def data_source(self, setting: Setting) -> str:
-        """The conversations file (name and hash), or ``generated`` (lengthx.data.provenance)."""
+        """The released test-case file, else the conversations file (name and hash), or ``generated``
+        (lengthx.data.provenance)."""
+        released = self._released(setting)
+        if released is not None:
+            return file_label(released)
         return file_label(self.conversations_path) if self.conversations_path else GENERATED
 
     def conversations(self) -> tuple[Conversation, ...]:
@@ -274,7 +295,13 @@ class TopicsTask:
         permutation then starts with its first conversation outside ``exclude``, so Algorithm 1's calibration
         records never ask for a topic that an evaluation record asks for, whatever the seeds (a case with no
         such conversation is dropped). ``reserve`` is accepted for the runner's finite-pool protocol: the
-        records are permutations, never an exhausted pool."""
+        records are permutations, never an exhausted pool.
+
+        With ``testcases_dir`` a setting of N topics evaluates the first ``n`` cases of ``{N}_topics.jsonl`` at the
+        task's own seed; any other seed (Algorithm 1's calibration records) builds records from the conversations."""
+        released = self._released(setting)
+        if released is not None and seed == self.seed:
+            return self._released_examples(released, tokenizer, n, seed)
         convs = self.conversations()
         excluded = set(exclude)
         out = []
@@ -301,6 +328,20 @@ class TopicsTask:
                                {"n_topics": n_topics, "last_partial": partial, "first": order[0],
                                 "topics": [c.topic for c in chosen[:n_topics]]}))
         return out
+
+    def _released_examples(self, path: Path, tokenizer: PreTrainedTokenizerBase, n: int, seed: int) -> list[Example]:
+        """The first ``n`` released cases of ``path``: their prompts as they are, their first topics as answers.
+        ``meta["first"]`` is the first topic's conversation when the conversations hold it (calibration records
+        then never open with it), else the topic itself."""
+        rows = read_testcases(path, "topics")
+        if n > len(rows):
+            raise ValueError(f"{path} holds {len(rows)} test cases; task.num_examples={n} asks for more")
+        index = {c.topic: j for j, c in enumerate(self.conversations())}
+        return [Example(f"{seed}-{i}", row["prompt"], row["topics"][0], None, count_tokens(tokenizer, row["prompt"]),
+                        {"n_topics": len(row["topics"]), "last_partial": False,
+                         "first": index.get(row["topics"][0], row["topics"][0]), "topics": row["topics"],
+                         "testcase": f"{path.name}:{row['_line']}"})
+                for i, row in enumerate(rows[:n])]
 
     def _fit(self, order: list[int], tokenizer, target: int) -> tuple[str, list[Conversation], int, bool]:
         """The record cut at a word boundary so that the prompt has at most ``target`` tokens."""

@@ -2,8 +2,9 @@
 
 - Figure 1: the learned bias b_{m,n} of every encoder head, m fixed at the middle, n over the whole length.
 - Figures 2/5: QQ plots of layer 0's average logit vector against N(0, σ²), at L_tr and the longest setting.
-- Figures 3, 4, 6-9: temperature against L_ex per task — Prop. 1 and Prop. 2 curves (from measured layer-0
-  statistics), Algorithm 1's choices (P_max crosses, entropy dots) and the log_{L} L_tr curve.
+- Figures 3, 4, 6-9: temperature against L_ex per task — Algorithm 1's choices (P_max crosses, entropy dots), the
+  log_{L} L_tr curve and Prop. 1 and Prop. 2, drawn from the same cells as the task's temperature table (Tables
+  8-11; :mod:`lengthx.report.figures.consistency` checks that they agree).
 
 Inputs: the ``stats`` rows and side files written by ``lengthx stats`` and the ``tau`` rows of runs.
 """
@@ -19,12 +20,17 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from lengthx.alignment.propositions import log_temperature, prop1_temperature, prop2_temperature  # noqa: E402
+from lengthx.report.tables.render import latest_ok  # noqa: E402
 
 matplotlib.use("Agg")
 
 
-# paper A's figure number of each task's temperature analysis
+# paper A's figure number of each task's temperature analysis, and the table of the same temperatures
 TEMPERATURE_FIGURES = {"lm": 3, "topics": 4, "lines": 6, "passkey": 7, "mdqa": 8, "code_completion": 9}
+TEMPERATURE_TABLES = {"lm": "aa_table8", "topics": "aa_table9", "lines": "aa_table9", "passkey": "aa_table9",
+                      "mdqa": "aa_table10", "code_completion": "aa_table11"}
+# the methods whose cells a temperature figure draws (Algorithm 1, the log rule, Propositions 1-2)
+DRAWN_METHODS = ("pmax", "entropy", "log", "prop1", "prop2")
 
 
 # file metadata that changes on every save (matplotlib stamps PDFs with the time of writing): left out, so an
@@ -86,38 +92,75 @@ def figure2_qq(side: dict, model: str, task: str, out: Path) -> list[Path]:
     return _save(fig, out, f"fig2_qq_{model}_{task}")
 
 
-def temperature_figure(df: pd.DataFrame, model: str, task: str, out: Path) -> list[Path]:
-    """Figures 3/4/6-9: τ vs L_ex — Prop. 1/2 curves, Algorithm 1 points, log curve."""
-    rows = df[(df["model"] == model) & (df["task"] == task)]
+def temperature_series(df: pd.DataFrame, model: str, task: str) -> dict[str, pd.DataFrame]:
+    """The τ the temperature figure of ``model`` on ``task`` draws per method of :data:`DRAWN_METHODS`: the newest
+    ``ok`` ``tau`` row of each cell, the rows its table shows (Tables 8-11), as (setting, L_ex, value) by length."""
+    ok = latest_ok(df)
+    if ok.empty:
+        return {}
+    rows = ok[(ok["model"] == model) & (ok["task"] == task) & (ok["metric"] == "tau")
+              & ok["method"].isin(DRAWN_METHODS)]
+    return {str(m): g.sort_values("L_ex")[["setting", "L_ex", "value"]].reset_index(drop=True)
+            for m, g in rows.groupby("method")}
+
+
+def _statistics_curve(rows: pd.DataFrame, method: str) -> pd.DataFrame:
+    """Prop. 1 or 2 from the ``stats`` rows (layer 0 at τ = 1, ``lengthx stats``) at each measured length, for a
+    figure whose table has no row of the method."""
     stats = rows[rows["method"] == "stats"].pivot_table(index="setting", columns="metric", values="value")
     lengths = rows[rows["method"] == "stats"].groupby("setting")["L_ex"].first()
     if "L_tr" not in stats.index or len(stats) < 2:
+        return pd.DataFrame(columns=["setting", "L_ex", "value"])
+    l_tr, tr = float(rows["L_tr"].iloc[0]), stats.loc["L_tr"]
+    ext = stats.assign(L=lengths).sort_values("L")  # the L_tr row gives τ = 1 on both curves
+    if method == "prop1":
+        tau = [prop1_temperature(l_tr, L, tr["l0_pmax"], tr["l0_sigma"], s) for L, s in zip(ext["L"], ext["l0_sigma"],
+                                                                                          strict=True)]
+    else:
+        tau = [prop2_temperature(l_tr, L, tr["l0_sigma"], s) for L, s in zip(ext["L"], ext["l0_sigma"], strict=True)]
+    return pd.DataFrame({"setting": list(ext.index), "L_ex": list(ext["L"]), "value": tau})
+
+
+def temperature_figure(df: pd.DataFrame, model: str, task: str, out: Path) -> list[Path]:
+    """Figures 3/4/6-9: τ vs L_ex. Algorithm 1's choices, the log rule's and Props. 1-2's τ are the cells of the
+    task's temperature table (:func:`temperature_series`, so figure and table agree); a proposition without cells
+    is drawn from layer 0's τ = 1 statistics and says so, and one without a real root anywhere has no line, only
+    the footnote."""
+    rows = df[(df["model"] == model) & (df["task"] == task)]
+    series = temperature_series(df, model, task)
+    if not series and rows[rows["method"] == "stats"]["setting"].nunique() < 2:
         return []
     l_tr = float(rows["L_tr"].iloc[0])
-    tr = stats.loc["L_tr"]
-    ext = stats.assign(L=lengths).sort_values("L")  # the L_tr row gives τ = 1 on both curves
     fig, ax = plt.subplots(figsize=(5.2, 3.8))
-    p1 = [prop1_temperature(l_tr, L, tr["l0_pmax"], tr["l0_sigma"], s) for L, s in zip(ext["L"], ext["l0_sigma"],
-                                                                                         strict=True)]
-    p2 = [prop2_temperature(l_tr, L, tr["l0_sigma"], s) for L, s in zip(ext["L"], ext["l0_sigma"], strict=True)]
-    # the propositions need layer 0's σ at L_ex, so they are drawn at the measured lengths only
-    ax.plot(ext["L"], p1, "-", marker=".", color="C0", label=r"Prop. 1 ($P_{\max}$)")
-    ax.plot(ext["L"], p2, "-", marker=".", color="C1", label="Prop. 2 (entropy)")
-    no_root = [L for L, t in zip(ext["L"], p1, strict=True) if math.isnan(t)]
-    if no_root:  # Aτ² − Bτ + C = 0 has no real root: the Gaussian approximation fails there (§5)
-        fig.text(0.01, 0.01, "Prop. 1: no real root at L_ex = " + ", ".join(f"{L:.0f}" for L in no_root),
-                 fontsize=8, color="C0")
-    dense = np.linspace(l_tr, max(ext["L"].max(), l_tr * 1.01), 200)
+    notes = []
+    for method, color, label in (("prop1", "C0", r"Prop. 1 ($P_{\max}$)"), ("prop2", "C1", "Prop. 2 (entropy)")):
+        curve = series.get(method)
+        if curve is None:
+            curve, label = _statistics_curve(rows, method), label + ", from τ = 1 statistics"
+        finite = curve[curve["value"].notna()]
+        if (finite["setting"] != "L_tr").any():  # the L_tr anchor (τ = 1) alone draws no line
+            ax.plot(finite["L_ex"], finite["value"], "-", marker=".", color=color, label=label)
+        lost = [L for L, t in zip(curve["L_ex"], curve["value"], strict=True) if math.isnan(t)]
+        if lost:  # Prop. 1's Aτ² − Bτ + C = 0 has no real root: the Gaussian approximation fails there (§5)
+            notes.append(f"{label.split(' (')[0]}: no real root at L_ex = " + ", ".join(f"{L:.0f}" for L in lost))
+    longest = max([float(g["L_ex"].max()) for g in series.values()] + [float(rows["L_ex"].max()), l_tr * 1.01])
+    dense = np.linspace(l_tr, longest, 200)
     ax.plot(dense, [log_temperature(x, l_tr) for x in dense], "--", color="grey", label=r"$\log_{L} L_{tr}$")
+    if "log" in series:
+        ax.scatter(series["log"]["L_ex"], series["log"]["value"], marker="|", color="grey", zorder=3)
     for method, marker, color, label in (("pmax", "x", "C0", r"Algorithm 1, $P_{\max}$"),
                                          ("entropy", "o", "C1", "Algorithm 1, entropy")):
-        pts = rows[(rows["method"] == method) & (rows["metric"] == "tau")]
-        if not pts.empty:
-            ax.scatter(pts["L_ex"], pts["value"], marker=marker, color=color, label=label, zorder=3)
+        if method in series:
+            ax.scatter(series[method]["L_ex"], series[method]["value"], marker=marker, color=color, label=label,
+                       zorder=3)
     ax.set_xlabel(r"input length $L_{ex}$ (tokens)")
     ax.set_ylabel(r"temperature $\tau$")
     num = TEMPERATURE_FIGURES.get(task, "")
     ax.set_title(f"Figure {num} ({model}): {task} temperature analysis", fontsize=10)
     ax.legend(fontsize=8)
-    fig.tight_layout(rect=(0, 0.04 if no_root else 0, 1, 1))
+    table = TEMPERATURE_TABLES.get(task)
+    from_cells = "points and Prop. lines" if {"prop1", "prop2"} & set(series) else "points"
+    notes.append(f"{from_cells}: the τ of Table {table.removeprefix('aa_table')}'s cells" if table else "")
+    fig.text(0.01, 0.01, "; ".join(n for n in notes if n), fontsize=7, color="dimgrey")
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     return _save(fig, out, f"fig{num}_temperature_{model}_{task}")

@@ -8,6 +8,13 @@ A block is a pair of markers around generated text::
 
 ``python -m lengthx.report.tables.readme README.md`` rewrites every block from its file (paths relative to the
 Markdown file's directory) and fails, naming the file, when one is missing. ``make reproduce-mini`` runs it.
+
+Numbers in the prose around the blocks come from files too: every quantity the prose states (a number with a
+decimal point, a sign, a per cent sign or a thousands separator) must appear, as printed, in a file the section
+names: the files its blocks include, and those of a ``<!-- lengthx:sources path … -->`` comment in the section (a
+section runs from one ``##`` heading to the next). :func:`unbacked_numbers` lists those that appear in none;
+``--check`` prints them and fails; ``tests/test_readme_blocks.py`` runs it on the README. Code, tables, headings,
+link targets and section marks (§5.4) are not prose.
 """
 
 from __future__ import annotations
@@ -17,6 +24,12 @@ import sys
 from pathlib import Path
 
 BLOCK = re.compile(r"(<!-- lengthx:include (?P<path>\S+) -->\n)(?P<body>.*?)(<!-- /lengthx:include -->)", re.S)
+SOURCES = re.compile(r"<!-- lengthx:sources (?P<paths>[^>]*?) -->")
+# a stated quantity: signed, decimal, per cent or with thousands separators (plain integers count things), alone
+# or in millions ("1.40M"); not part of a name ("Pythia-1.4B")
+QUANTITY = re.compile(r"(?<![\w.§/-])([+−-]?)(\d{1,3}(?:,\d{3})+|\d+\.\d+|\d+%|(?<=[+−-])\d+)(?!\.\d)(?=M\b|\W|$)")
+_NOT_PROSE = (re.compile(r"```.*?```", re.S), re.compile(r"<!--.*?-->", re.S), re.compile(r"`[^`\n]*`"),
+              re.compile(r"\]\([^)]*\)"))
 
 
 def update_blocks(markdown: Path) -> list[str]:
@@ -40,8 +53,46 @@ def update_blocks(markdown: Path) -> list[str]:
     return included
 
 
+def _quantities(text: str) -> list[str]:
+    """The quantities of ``text``, normalised: no ``+``, a hyphen for a minus sign, no thousands separators."""
+    return [(sign.replace("−", "-").replace("+", "") + num).replace(",", "") for sign, num in QUANTITY.findall(text)]
+
+
+def unbacked_numbers(markdown: Path) -> list[str]:
+    """``"<file>:<line>: <number>"`` for every quantity in ``markdown``'s prose that no source of its section
+    prints (module doc); paths are relative to the Markdown file's directory."""
+    text = markdown.read_text(encoding="utf-8")
+    out: list[str] = []
+    sections = re.split(r"(?m)^(?=## )", text)
+    first_line = 1
+    for section in sections:
+        paths = [m.group("path") for m in BLOCK.finditer(section)]
+        paths += [p for m in SOURCES.finditer(section) for p in m.group("paths").split()]
+        backed: set[str] = set()
+        for path in paths:
+            src = markdown.parent / path
+            if not src.is_file():
+                out.append(f"{markdown}:{first_line}: the section names {path}, which does not exist")
+                continue
+            backed.update(_quantities(src.read_text(encoding="utf-8")))
+        prose = BLOCK.sub(lambda m: "\n" * m.group(0).count("\n"), section)
+        for pattern in _NOT_PROSE:
+            prose = pattern.sub(lambda m: "\n" * m.group(0).count("\n"), prose)
+        for k, line in enumerate(prose.split("\n")):
+            if line.startswith(("|", "#")):
+                continue
+            out += [f"{markdown}:{first_line + k}: {q}" for q in _quantities(line) if q not in backed]
+        first_line += section.count("\n")
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--check"]:
+        found = [line for name in args[1:] or ["README.md"] for line in unbacked_numbers(Path(name))]
+        for line in found:
+            print(f"{line}: a number no file of its section prints")
+        sys.exit(1 if found else 0)
     for name in args or ["README.md"]:
         try:
             for path in update_blocks(Path(name)):
