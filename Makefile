@@ -157,7 +157,7 @@ MINI_T5_RECIPE := --device cpu --d-model 128 --d-kv 32 --heads 4 --d-ff 512 --en
 mini-t5-study: install
 	for s in $(STUDY_SEEDS); do test -f results/mini-t5-study/snapshots/seed$$s/step-02600/README.md && continue; \
 		OMP_NUM_THREADS=1 $(BIN)/python scripts/train_mini_t5.py $(MINI_T5_RECIPE) --seed $$s \
-		--out runs/mini-t5-retrieval/seed$$s --snapshots-to results/mini-t5-study/snapshots/seed$$s || exit 1; done
+		--out results/mini-t5-study/train/seed$$s --snapshots-to results/mini-t5-study/snapshots/seed$$s || exit 1; done
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/study_mini_t5.py
 
 mini-t5-lm-study: install
