@@ -82,3 +82,10 @@ def test_calibrate_with_a_rule_method_fails_before_work(capsys):
         main(["calibrate", "method=log"])
     assert exc.value.code == 2
     assert "method=pmax or method=entropy" in capsys.readouterr().err
+
+
+def test_valid_overrides_pass_the_early_check(capsys):
+    """Group choices and valid values go through to the run (here a dry run, which loads nothing)."""
+    main(["run", "task=passkey", "method=fixed", "method.tau=0.7", "task.num_examples=2", "task.only=[20k]",
+          "batch_size=2", "++task.seed=3", "--dry-run"])
+    assert "cell mini-t5|fixed-0.7|passkey|20k" in capsys.readouterr().out

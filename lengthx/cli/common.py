@@ -75,6 +75,7 @@ def validate_jobs(argv: list[str], environment: bool = True,
         except HydraException as err:
             raise composition_error(err, overrides) from None
     checked: set[str] = set()
+    os.environ["LENGTHX_SWEEP_JOBS"] = str(len(jobs))  # the sweep's estimate after its first cell (core.sweep)
     for job in jobs:
         cfg = apply_profile(compose_checked(job))
         if check is not None:

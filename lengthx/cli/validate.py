@@ -218,7 +218,10 @@ def _schema_field(key: str) -> Any:
         model = outer.annotation if outer is not None else None
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             return None
-    return model.model_fields.get(leaf)
+    field = model.model_fields.get(leaf)
+    if field is None or (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+        return None  # a whole section (task=passkey picks a config of its group)
+    return field
 
 
 def _scalar(text: str) -> Any:
