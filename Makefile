@@ -37,6 +37,7 @@ demo: install
 	$(LX) tables --summary
 
 bench: install
+	$(BIN)/python scripts/bench_cli_startup.py
 	$(BIN)/python scripts/bench_attention.py
 	$(BIN)/python scripts/bench_alignment.py
 	$(BIN)/python scripts/bench_training_memory.py

@@ -3,7 +3,7 @@
 The ``lengthx …`` lines of the block under "## Quickstart" run in order, each a fresh process
 (``python -m lengthx.cli``), in an empty scratch directory with a copy of the committed ``results/mini`` (which
 one line reads), a fresh data cache (``LENGTHX_CACHE``) and one CPU thread. The table gives each command's wall
-time, exit status and last line of output, and the machine's CPU count and load average at the start.
+time, exit status and last line of output (stdout's, else stderr's), and the machine's CPU count and load average at the start.
 
     python scripts/time_quickstart.py      # -> results/bench/quickstart.md
 """
@@ -53,7 +53,8 @@ def main() -> None:
             start = time.perf_counter()
             proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True)
             seconds = time.perf_counter() - start
-            tail = [ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+            # what the command printed last (its summary on stdout; progress bars and logs go to stderr)
+            tail = [ln.strip() for ln in (proc.stdout or proc.stderr).splitlines() if ln.strip()]
             last = (tail[-1] if tail else "").replace("|", "\\|")[:100]
             rows.append((command, seconds, proc.returncode, last))
             print(f"{seconds:7.1f} s  rc={proc.returncode}  {command}", flush=True)

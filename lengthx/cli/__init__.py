@@ -30,9 +30,12 @@ commands:
                          per table beside the published tables' (a dry run of all of conf/experiment/aa_*);
                          experiment=sb_table3 … lists paper B's cells and the training runs they need
   tables [--format latex|markdown|both] [--results-dir DIR] [--out DIR] [--compare-paper]
-  figures [--results-dir DIR] [--out DIR]   Figures 1, 2/5 and the temperature curves (PNG + PDF)
+  figures [--results-dir DIR] [--runs-dir DIR] [--out DIR]   paper A's Figures 1, 2/5 and temperature curves,
+                         paper B's figures and training curves (metrics.jsonl of each run; PNG + PDF)
   ls                     list models, methods, tasks, profiles and experiments
 
+The same operations from Python, on any supported transformers model: import lengthx (docs/api.md).
+lengthx <command> --help: the command's own options (run, stats, calibrate: their keys and every choice).
 --debug (or LENGTHX_DEBUG=1) shows the Python traceback of an error instead of its one-line message.
 
 run and stats take --dry-run: list the cells (model|method|task|setting) a run or sweep would compute and

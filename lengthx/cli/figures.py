@@ -21,17 +21,16 @@ def figures_main(argv: list[str]) -> None:
     p.add_argument("--out", default=None, help="default: <results-dir>/figures")
     args = p.parse_args(argv)
     # after the arguments: --help and their errors answer without matplotlib, pandas or torch
-    from lengthx.core.store import ResultsStore
+    from lengthx.api.data import read_results
     from lengthx.report.figures.paper_a import _save, figure1_bias, figure2_qq, temperature_figure
     from lengthx.report.figures.paper_b import figure2_ootb, figure3_medians
     from lengthx.report.figures.tau_vs_segmented import tau_vs_segmented_figure
     from lengthx.report.figures.training import training_curves
-    from lengthx.report.tables.render import latest_ok
     from lengthx.segmented.plan import RUNS_DIR
 
     root = Path(args.results_dir)
     out = Path(args.out or root / "figures")
-    df = latest_ok(ResultsStore(root).read())
+    df = read_results(root)  # the newest ok row per cell and metric, as lengthx.read_results gives it
     written: list[Path] = []
     biases: set[str] = set()  # models whose Figure 1 is drawn (one per model, from its first task's side file)
     for side_path in sorted((root / "stats").glob("*.json")):
