@@ -165,6 +165,23 @@ def test_dispersal_per_layer_and_head_and_flatter_at_higher_temperature():
     assert tok.padding_side == "right"  # the caller's tokenizer keeps its settings
 
 
+def test_calibrate_reads_the_same_statistics_as_dispersal():
+    """Algorithm 1's S̄_tr(1) is the reference's mean P_max, and S̄_ex(1) the long inputs' (one computation)."""
+    model, tok = tiny_t5(attn="sdpa", vocab_size=384, num_heads=2, d_kv=16), byte_tokenizer()
+    short, long = ["abcdefgh " * 3, "hgfedcba " * 3], ["abcdefgh " * 12]
+    result = lengthx.calibrate(model, tok, short, long, mode="pmax")
+    assert result.tau in lengthx.TEMPERATURE_GRID and result.forward_passes == len(lengthx.TEMPERATURE_GRID)
+    assert result.target == pytest.approx(lengthx.dispersal(model, tok, short).mean_pmax)
+    assert result.evaluated[1.0] == pytest.approx(lengthx.dispersal(model, tok, long).mean_pmax)
+    assert result.evaluated[0.5] == pytest.approx(lengthx.dispersal(model, tok, long, tau=0.5).mean_pmax)
+    layers = lengthx.calibrate_per_layer(model, tok, short, long, mode="entropy", search="bisect")
+    assert len(layers) == 2 and all(r.tau in lengthx.TEMPERATURE_GRID for r in layers)
+    with lengthx.temperature(model, [r.tau for r in layers]) as modules:
+        assert [m.lengthx_tau for m in modules] == [r.tau for r in layers]
+    with pytest.raises(ValueError, match="scope='encoder'"):
+        lengthx.calibrate(model, tok, short, long, scope="all")
+
+
 def test_closed_forms_match_their_formulas():
     model, tok = tiny_t5(attn="sdpa", vocab_size=384, num_heads=2, d_kv=16), byte_tokenizer()
     short, long = ["abcdefgh " * 4], ["abcdefgh " * 16]

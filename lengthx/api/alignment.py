@@ -120,10 +120,22 @@ def _loaded(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, family: 
     return LoadedModel(name, model, tokenizer, family, int(l_tr), device)
 
 
-def _check_scope(family: Any, scope: str) -> None:
-    if family.encoder_decoder and scope != "encoder":
-        raise ValueError("statistics are measured on T5's encoder self-attention (paper A): use scope='encoder'; "
-                         "scope='all' applies τ to the decoder too but has no statistics there")
+@contextmanager
+def _measured(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, scope: str) -> Iterator[LoadedModel]:
+    """``model`` routed through lengthx's attention (:func:`~lengthx.api.attention.attached`) as a
+    :class:`LoadedModel`, for statistics of ``scope``."""
+    with attached(model) as family:
+        if family.encoder_decoder and scope != "encoder":
+            raise ValueError("statistics are measured on T5's encoder self-attention (paper A): use "
+                             "scope='encoder'; scope='all' applies τ to the decoder too but has no statistics there")
+        yield _loaded(model, tokenizer, family)
+
+
+def _algorithm1(run: Any, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, reference: Inputs,
+                long: Inputs, mode: str, search: str, scope: str, row_stride: int) -> Any:
+    with _measured(model, tokenizer, scope) as loaded:
+        return run(loaded, _batches(loaded, reference)[0], _batches(loaded, long)[0],
+                   CalibrationOptions(mode, scope, search, row_stride))
 
 
 def dispersal(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, inputs: Inputs, tau: float = 1.0,
@@ -131,9 +143,7 @@ def dispersal(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, inputs
     """P_max and entropy per attention module and head of ``inputs`` (one text or its token ids, or a list of
     them, pooled) at temperature ``tau`` (paper A §3.3, Table 1). ``row_stride``: every n-th query row only (an
     estimate at a fraction of the cost; 1 = every row)."""
-    with attached(model) as family:
-        _check_scope(family, scope)
-        loaded = _loaded(model, tokenizer, family)
+    with _measured(model, tokenizer, scope) as loaded:
         batches, tokens = _batches(loaded, inputs)
         stats = capture_stats(loaded, batches, tau, scope, row_stride=row_stride)
         return Dispersal(stats.pmax().float(), stats.entropy().float(), tokens, float(tau))
@@ -148,11 +158,7 @@ def calibrate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, refere
     objective, fewer forward passes). Returns an :class:`~lengthx.alignment.algorithm1.Alignment`: ``tau``,
     ``target`` (S̄_tr(1)) and ``evaluated`` (τ → S̄_ex(τ), the curve it was chosen from). ``lengthx calibrate``
     runs the same code on a task's examples."""
-    with attached(model) as family:
-        _check_scope(family, scope)
-        loaded = _loaded(model, tokenizer, family)
-        return algorithm1(loaded, _batches(loaded, reference)[0], _batches(loaded, long)[0],
-                          CalibrationOptions(mode, scope, search, row_stride))
+    return _algorithm1(algorithm1, model, tokenizer, reference, long, mode, search, scope, row_stride)
 
 
 def calibrate_per_layer(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, reference: Inputs,
@@ -161,11 +167,7 @@ def calibrate_per_layer(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBa
     """Algorithm 1 once per attention module, each layer aligned with the layers before it at their chosen τ
     (paper A, Limitations; ``lengthx run method.per_layer=true``): one :class:`Alignment` per module, whose
     ``tau`` values :func:`lengthx.temperature` takes as a list."""
-    with attached(model) as family:
-        _check_scope(family, scope)
-        loaded = _loaded(model, tokenizer, family)
-        return algorithm1_per_layer(loaded, _batches(loaded, reference)[0], _batches(loaded, long)[0],
-                                    CalibrationOptions(mode, scope, search, row_stride))
+    return _algorithm1(algorithm1_per_layer, model, tokenizer, reference, long, mode, search, scope, row_stride)
 
 
 def proposition_temperature(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, reference: Inputs,
@@ -174,9 +176,7 @@ def proposition_temperature(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
     """τ of Proposition 1 (``prop1``, P_max alignment) or 2 (``prop2``, entropy alignment) of paper A §7, from
     layer 0's average logit vector on ``reference`` (training length ``l_tr``, default their mean length) and
     ``long`` inputs (L_ex: their mean length). A ValueError where the Gaussian approximation has no solution."""
-    with attached(model) as family:
-        _check_scope(family, scope)
-        loaded = _loaded(model, tokenizer, family)
+    with _measured(model, tokenizer, scope) as loaded:
         ref, ref_tokens = _batches(loaded, reference)
         ext, l_ex = _batches(loaded, long)
         loaded.l_tr = int(l_tr if l_tr is not None else round(ref_tokens))
