@@ -269,7 +269,8 @@ def test_calibrate_gives_the_tau_of_lengthx_calibrate(tmp_path, capsys):
     reference = runner.examples(Setting("L_tr", 256, "tokens"), cal.reference_seed_offset, 2)
     long = runner.calibration_examples(setting, 2)
     path = lengthx.mini_path("mini-t5")
-    model, tok = T5ForConditionalGeneration.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    model = T5ForConditionalGeneration.from_pretrained(path, dtype=torch.float32)  # as the command loads it on CPU
+    tok = AutoTokenizer.from_pretrained(path)
     got = lengthx.calibrate(model, tok, [e.prompt for e in reference], [e.prompt for e in long], mode="pmax",
                             search="grid", row_stride=int(cal.row_stride))
     assert got.tau == cli["tau"]

@@ -107,3 +107,19 @@ def test_log_with_passes_the_metrics_to_accelerate_trackers(models, corpus, tmp_
     events = [p for p in run.rglob("events.out.tfevents.*")]
     assert events and sum(p.stat().st_size for p in events) > 0, sorted(os.listdir(run))
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 3
+
+
+def test_a_run_from_before_metrics_jsonl_keeps_its_curve(tmp_path):
+    """Runs trained before metrics.jsonl logged to curve.jsonl: read and drawn the same, and moved to
+    metrics.jsonl (cut back to the checkpoint) when such a run resumes."""
+    from lengthx.segmented.loop import _truncate_curve
+    from lengthx.segmented.metrics import find_runs, read_curve
+
+    run = tmp_path / "mini" / "mini-gpt2" / "ootb-1x"
+    run.mkdir(parents=True)
+    (run / "curve.jsonl").write_text("".join(json.dumps({"step": s, "loss": 5.0 - s, "lr": 1e-4, "tokens": 8 * s,
+                                                         "seconds": s}) + "\n" for s in (1, 2, 3)))
+    assert [r["step"] for r in read_curve(run)] == [1, 2, 3] and find_runs(tmp_path) == [run]
+    _truncate_curve(run, 2)
+    assert not (run / "curve.jsonl").exists()
+    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
