@@ -37,6 +37,7 @@ demo: install
 	$(LX) tables --summary
 
 bench: install
+	$(BIN)/python scripts/bench_cli_startup.py
 	$(BIN)/python scripts/bench_attention.py
 	$(BIN)/python scripts/bench_alignment.py
 	$(BIN)/python scripts/bench_training_memory.py
@@ -93,7 +94,7 @@ endef
 # of one model at L_t…5L_t (task=segmented_ppl) and first trains what it needs, OOTB (one epoch of domain
 # adaptation from the published checkpoint, paper B §4.3) before the methods that start from it. Every step
 # resumes: a finished run or cell is skipped, an interrupted one continues from its last checkpoint or record.
-# The mini profile adapts the decoder minis (pre-trained on code) to English prose (corpora/) and scores prose.
+# The mini profile adapts the decoder minis (pre-trained on code) to English prose (lengthx/corpora/) and scores prose.
 # SB_DRY_RUN=--dry-run lists each job's training and cells instead.
 SB_DRY_RUN ?=
 define SB_RECIPE

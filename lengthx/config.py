@@ -28,8 +28,9 @@ def default_results_dir(profile: str = "mini") -> Path:
 
 
 def register_resolvers() -> None:
-    """``${lengthx_pkg:checkpoints/mini-t5}``: a path inside the installed package (the shipped minis);
-    ``${lengthx_repo:corpora/…}``: a path in the checkout the package runs from (repository-only data)."""
+    """``${lengthx_pkg:checkpoints/mini-t5}``: a path inside the installed package (the shipped minis, the
+    corpora of ``lengthx/corpora/``); ``${lengthx_repo:…}``: a path in the checkout the package runs from
+    (repository-only data)."""
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver("lengthx_pkg"):
@@ -98,6 +99,10 @@ def check_overrides(overrides: list[str], command: str = "run") -> None:
 # where this checkout (or, installed, site-packages) lies: a path below it enters a hash by its place in it
 CHECKOUT_DIR = PACKAGE_DIR.parent
 
+# the shipped corpora became package data (lengthx/corpora/, so that a wheel has them); they enter a hash by the
+# place they had in the checkout before, corpora/, so runs and cells made from them keep their hashes
+SHIPPED_CORPORA, FORMER_CORPORA = "lengthx/corpora/", "corpora/"
+
 
 def portable(value: Any) -> Any:
     """``value`` with every string that is a path below :data:`CHECKOUT_DIR` written relative to it
@@ -108,4 +113,9 @@ def portable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [portable(v) for v in value]
     root = f"{CHECKOUT_DIR}/"
-    return f"<checkout>/{value[len(root):]}" if isinstance(value, str) and value.startswith(root) else value
+    if not (isinstance(value, str) and value.startswith(root)):
+        return value
+    rel = value[len(root):]
+    if rel.startswith(SHIPPED_CORPORA):
+        rel = FORMER_CORPORA + rel[len(SHIPPED_CORPORA):]
+    return f"<checkout>/{rel}"

@@ -266,7 +266,7 @@ def test_a_clone_at_another_path_finds_the_committed_cells_done(tmp_path):
     clone = tmp_path / "clone"
     skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".hydra", ".results.lock")
     conf = [] if CONF_DIR.is_relative_to(ROOT / "lengthx") else [CONF_DIR.relative_to(ROOT)]  # conf/ or in the package
-    for folder in (Path("lengthx"), *conf, Path("corpora"), Path("results/mini")):
+    for folder in (Path("lengthx"), *conf, Path("results/mini")):  # the corpora are in lengthx/corpora/
         shutil.copytree(ROOT / folder, clone / folder, ignore=skip)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(clone), "OMP_NUM_THREADS": "1",
            "LENGTHX_RESULTS": "results"}  # the committed results, as `make reproduce-mini` writes them

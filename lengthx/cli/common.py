@@ -50,18 +50,24 @@ HYDRA_INSPECT_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", 
                        "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun")
 
 
-def validate_jobs(argv: list[str], environment: bool = True) -> None:
+def validate_jobs(argv: list[str], environment: bool = True,
+                  check: Callable[[DictConfig], None] | None = None) -> None:
     """Validate the config of every job ``argv`` starts (each job of a ``-m`` sweep) before Hydra starts one:
-    values (:func:`lengthx.cli.validate.validate_run_config`) and, with ``environment``, ``results_dir`` and
-    ``model.path``. Raises the first problem as one line naming the key (or file) and the fix."""
+    values (:func:`lengthx.cli.validate.validate_run_config`), the command's own ``check`` and, with
+    ``environment``, ``results_dir`` and ``model.path``. Raises the first problem as one line naming the key
+    (or file) and the fix."""
+    from lengthx.cli.validate import check_override_values
+
+    if any(a in HYDRA_INSPECT_FLAGS for a in argv):
+        return
+    overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith("hydra")]
+    check_override_values(overrides)  # a wrong value on the command line: answered before Hydra loads
+
     from hydra.errors import HydraException
 
     from lengthx.cli.validate import compose_checked, composition_error, validate_run_config
     from lengthx.models.minis import apply_profile
 
-    if any(a in HYDRA_INSPECT_FLAGS for a in argv):
-        return
-    overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith("hydra")]
     jobs = [overrides]
     if "-m" in argv or "--multirun" in argv:
         try:
@@ -69,21 +75,26 @@ def validate_jobs(argv: list[str], environment: bool = True) -> None:
         except HydraException as err:
             raise composition_error(err, overrides) from None
     checked: set[str] = set()
+    os.environ["LENGTHX_SWEEP_JOBS"] = str(len(jobs))  # the sweep's estimate after its first cell (core.sweep)
     for job in jobs:
-        validate_run_config(apply_profile(compose_checked(job)), environment, checked)
+        cfg = apply_profile(compose_checked(job))
+        if check is not None:
+            check(cfg)
+        validate_run_config(cfg, environment, checked)
 
 
 def hydra_entry(task_fn: Callable[[DictConfig], None], argv: list[str], prog: str,
-                environment: bool = True) -> None:
+                environment: bool = True, check: Callable[[DictConfig], None] | None = None) -> None:
     """Run ``task_fn(cfg)`` under Hydra with ``argv`` as overrides (so -m and launchers work), once every job's
-    config is validated (``environment``: its results directory and model directory too)."""
+    config is validated (``check``: the command's own rule; ``environment``: its results directory and model
+    directory too)."""
+    check_overrides(argv)
+    register_resolvers()
+    validate_jobs(argv, environment, check)
     import hydra
 
     from lengthx.models.minis import apply_profile
 
-    check_overrides(argv)
-    register_resolvers()
-    validate_jobs(argv, environment)
     sys.argv = [prog, *argv]
     if debug_enabled():
         os.environ["HYDRA_FULL_ERROR"] = "1"

@@ -1,5 +1,5 @@
-"""``lengthx figures``: paper A's and paper B's figures from the results directory (PNG and PDF,
-:mod:`lengthx.report.figures`).
+"""``lengthx figures``: paper A's and paper B's figures from the results directory, and paper B's training
+curves from the runs directory (PNG and PDF, :mod:`lengthx.report.figures`).
 """
 
 from __future__ import annotations
@@ -9,22 +9,28 @@ import json
 from pathlib import Path
 
 from lengthx.config import default_results_dir
-from lengthx.core.store import ResultsStore  # noqa: E402
-from lengthx.report.figures.paper_a import _save, figure1_bias, figure2_qq, temperature_figure
-from lengthx.report.figures.paper_b import figure2_ootb, figure3_medians  # noqa: E402
-from lengthx.report.figures.tau_vs_segmented import tau_vs_segmented_figure  # noqa: E402
-from lengthx.report.tables.render import latest_ok  # noqa: E402
 
 
 def figures_main(argv: list[str]) -> None:
-    """``lengthx figures``: render every figure whose inputs exist in the results directory."""
+    """``lengthx figures``: render every figure whose inputs exist in the results and runs directories."""
     p = argparse.ArgumentParser(prog="lengthx figures", description=__doc__.splitlines()[0])
     p.add_argument("--results-dir", default=str(default_results_dir()))
+    p.add_argument("--runs-dir", default=None,
+                   help="lengthx train's runs of the results' profile (default: $LENGTHX_RUNS or runs/, then the "
+                        "results directory's name, e.g. runs/mini): their metrics.jsonl give the training curves")
     p.add_argument("--out", default=None, help="default: <results-dir>/figures")
     args = p.parse_args(argv)
+    # after the arguments: --help and their errors answer without matplotlib, pandas or torch
+    from lengthx.api.data import read_results
+    from lengthx.report.figures.paper_a import _save, figure1_bias, figure2_qq, temperature_figure
+    from lengthx.report.figures.paper_b import figure2_ootb, figure3_medians
+    from lengthx.report.figures.tau_vs_segmented import tau_vs_segmented_figure
+    from lengthx.report.figures.training import training_curves
+    from lengthx.segmented.plan import RUNS_DIR
+
     root = Path(args.results_dir)
     out = Path(args.out or root / "figures")
-    df = latest_ok(ResultsStore(root).read())
+    df = read_results(root)  # the newest ok row per cell and metric, as lengthx.read_results gives it
     written: list[Path] = []
     biases: set[str] = set()  # models whose Figure 1 is drawn (one per model, from its first task's side file)
     for side_path in sorted((root / "stats").glob("*.json")):
@@ -41,6 +47,7 @@ def figures_main(argv: list[str]) -> None:
         written += figure2_ootb(df, out, _save)
         written += tau_vs_segmented_figure(df, out, _save)
     written += figure3_medians(root / "attention", out, _save)
+    written += training_curves(Path(args.runs_dir) if args.runs_dir else RUNS_DIR / root.name, out, _save)
     if not written:
         print(f"no figure inputs in {root}: run 'lengthx stats task=…' (and runs with method=pmax/entropy) first")
     for w in written:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from lengthx.cli.common import experiment_jobs, print_job_cells, print_plan
 from lengthx.config import CONF_DIR, RUN_CONFIG, check_overrides, choices
-from lengthx.errors import debug_enabled
+from lengthx.errors import UsageError, debug_enabled
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -82,6 +82,13 @@ def summary_line(s: dict) -> str:
     return f"{s['cell']:48s} {s['status']:5s} {s['metric']}={s['value']}{tau_text}  n={s.get('n', '')}"
 
 
+def check_calibrate(cfg: DictConfig) -> None:
+    """``lengthx calibrate`` runs Algorithm 1: its method is ``pmax`` or ``entropy`` (checked before any work)."""
+    if cfg.method.name not in ("pmax", "entropy"):
+        raise UsageError(f"calibrate needs method=pmax or method=entropy (Algorithm 1), got "
+                         f"method={cfg.method.name}")
+
+
 def calibrate_command(cfg: DictConfig) -> None:
     """``lengthx calibrate``: Algorithm 1 per setting, printed with the statistics that chose τ."""
     import json
@@ -89,10 +96,7 @@ def calibrate_command(cfg: DictConfig) -> None:
     from lengthx.core.cells import Cell, method_id
     from lengthx.core.runner import Runner
 
-    if cfg.method.name not in ("pmax", "entropy"):
-        print(f"lengthx calibrate needs method=pmax or method=entropy, got method={cfg.method.name}",
-              file=sys.stderr)
-        sys.exit(2)
+    check_calibrate(cfg)
     runner = Runner(cfg)
     for setting in runner.settings():
         cell = Cell(cfg.model.name, method_id(cfg.method), runner.task.name, setting)

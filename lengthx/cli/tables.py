@@ -9,17 +9,11 @@ import sys
 from pathlib import Path
 
 from lengthx.config import default_results_dir
-from lengthx.core.store import ResultsStore
-from lengthx.report.tables.published import PAPER_DIR
-from lengthx.report.tables.render import render
-from lengthx.report.tables.summary import summary_markdown
 
 
 def tables_main(argv: list[str]) -> None:
     """``lengthx tables``: render every table that has rows in the results CSV, and the tables of the
     model configs (paper A Table 2, paper B Table 1)."""
-    from lengthx.report.tables import DESCRIPTIVE, TABLES
-
     p = argparse.ArgumentParser(prog="lengthx tables", description=__doc__.splitlines()[0])
     p.add_argument("--results-dir", default=str(default_results_dir()),
                    help="directory holding results.csv (default: the one `lengthx run` writes, profile mini)")
@@ -29,6 +23,12 @@ def tables_main(argv: list[str]) -> None:
     p.add_argument("--summary", action="store_true",
                    help="print one compact table of the cells present (setting × method, with τ); write nothing")
     args = p.parse_args(argv)
+    from lengthx.core.store import ResultsStore  # after the arguments: --help and their errors answer at once
+    from lengthx.report.tables import DESCRIPTIVE, TABLES
+    from lengthx.report.tables.published import PAPER_DIR
+    from lengthx.report.tables.render import render
+    from lengthx.report.tables.summary import summary_markdown
+
     store = ResultsStore(Path(args.results_dir))
     df = store.read()
     if args.summary:

@@ -112,9 +112,9 @@ def _key(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _first_error(err: ValidationError) -> str:
+def _first_error(err: ValidationError, prefix: tuple[Any, ...] = ()) -> str:
     first = err.errors()[0]
-    key = _key(first["loc"])
+    key = _key((*prefix, *first["loc"]))
     value = first.get("input")
     shown = "[]" if value == [] else ("null" if value is None else str(value))
     reason = first["msg"][0].lower() + first["msg"][1:]
@@ -127,9 +127,6 @@ def validate_run_config(cfg: DictConfig, environment: bool = True, checked: set[
 
     ``environment`` adds the checks of the places the run uses: ``results_dir`` and ``model.path``. Paths in
     ``checked`` are skipped and the ones checked here are added (a sweep checks each place once)."""
-    from lengthx.core.store import ResultsStore
-    from lengthx.models.loading import check_checkpoint_dir
-
     try:
         data = OmegaConf.to_container(cfg, resolve=True)
     except Exception as err:  # noqa: BLE001 - an interpolation that does not resolve, in one line
@@ -140,6 +137,9 @@ def validate_run_config(cfg: DictConfig, environment: bool = True, checked: set[
         raise ConfigError(_first_error(err)) from None
     if not environment:
         return
+    from lengthx.core.store import ResultsStore  # the places a run uses: imported only once the values hold
+    from lengthx.models.loading import check_checkpoint_dir
+
     checked = set() if checked is None else checked
     check_task_data(cfg)
     path = cfg.model.get("path")
@@ -207,3 +207,57 @@ def composition_error(err: Exception, overrides: list[str]) -> ConfigError:
     prefix = f"{parent}." if parent else ""
     hint = f"did you mean {prefix}{close[0]}?" if close else f"the keys there are: {', '.join(sorted(names))}"
     return ConfigError(f"unknown key {key}: {hint} (to add a new key, write +{key}=…)")
+
+
+def _schema_field(key: str) -> Any:
+    """The pydantic field of ``section.key`` (or a top-level key) in :class:`RunConfig`, or None."""
+    section, _, leaf = key.rpartition(".")
+    model: Any = RunConfig
+    if section:
+        outer = RunConfig.model_fields.get(section)
+        model = outer.annotation if outer is not None else None
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+    field = model.model_fields.get(leaf)
+    if field is None or (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+        return None  # a whole section (task=passkey picks a config of its group)
+    return field
+
+
+def _scalar(text: str) -> Any:
+    """A plain override value as Hydra reads it (null, a bool, an int, a float, else the text); ``...`` for a
+    value Hydra parses by its own grammar (a sweep, list, dict, interpolation, quoted text), left to it."""
+    if not text or any(c in text for c in ",[]{}()$'\"*:") or text.startswith(("range", "choice", "glob")):
+        return ...
+    lowered = text.lower()
+    if lowered == "null":
+        return None
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def check_override_values(overrides: list[str]) -> None:
+    """Check each plain ``key=value`` override against the schema (:class:`RunConfig`) before anything is
+    composed, so that a wrong value on the command line is answered without Hydra; the composed config is
+    validated in full afterwards (:func:`validate_run_config`)."""
+    from pydantic import TypeAdapter
+
+    for ov in overrides:
+        if ov.startswith(("-", "+", "~")) and not ov.startswith("++"):
+            continue
+        key, sep, text = ov.removeprefix("++").partition("=")
+        value = _scalar(text) if sep else ...
+        field = _schema_field(key) if value is not ... else None
+        if field is None:
+            continue
+        try:
+            kind = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+            TypeAdapter(kind).validate_python(value)
+        except ValidationError as err:
+            raise ConfigError(_first_error(err, tuple(key.split(".")))) from None

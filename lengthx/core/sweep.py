@@ -10,6 +10,7 @@ with the next setting, while a store that cannot be written or a model that cann
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterable
 from typing import Any, Protocol
@@ -72,7 +73,9 @@ def sweep(store: ResultsStore, job: CellJob) -> list[dict[str, Any]]:
     (``cell``, ``status`` of ok / done / oom / error, and for a computed cell its first row's ``metric``,
     ``value``, ``tau`` and ``n``)."""
     summary = []
-    for cell, chash in job.cells():
+    cells = list(job.cells())
+    estimated = False
+    for i, (cell, chash) in enumerate(cells):
         if job.is_done(cell, chash):
             log.info("skip finished cell %s", cell.key)
             summary.append({"cell": cell.key, "status": "done"})
@@ -89,9 +92,35 @@ def sweep(store: ResultsStore, job: CellJob) -> list[dict[str, Any]]:
                       type(err).__name__, err)
             rows, status = [status_row(job.row_fields(cell, chash, start), job.first_metric, "error", err)], "error"
         store.append_rows(rows, cell.key, chash)
+        if not estimated and status == "ok":
+            estimated = True
+            left = [c for c, h in cells[i + 1:] if not job.is_done(c, h)]
+            if left:
+                log.info(estimate(cell, time.time() - start, left))
         first = rows[0] if rows else {}
         summary.append({"cell": cell.key, "status": status,
                         **{k: first[k] for k in ("metric", "value", "tau", "n") if k in first}})
         if status != "ok" and torch.cuda.is_available():
             torch.cuda.empty_cache()
     return summary
+
+
+def estimate(first: Cell, seconds: float, left: list[Cell]) -> str:
+    """The time the cells ``left`` may take, from the first computed cell's ``seconds``: each scaled by its
+    length over the first's (generation grows at least linearly with length; attention faster, so this is a
+    floor), and the jobs of a ``-m`` sweep (``LENGTHX_SWEEP_JOBS``, set by the command) assumed alike."""
+    def length(cell: Cell) -> float:
+        same_unit = cell.setting.unit == first.setting.unit and first.setting.value > 0
+        return cell.setting.value / first.setting.value if same_unit else 1.0
+
+    rest = seconds * sum(max(1.0, length(c)) for c in left)
+    text = (f"estimate: the first cell ({first.key}) took {seconds:.0f} s; the {len(left)} cell(s) left in this job "
+            f"about {_duration(rest)} or more")
+    jobs = int(os.environ.get("LENGTHX_SWEEP_JOBS", "1") or 1)
+    if jobs > 1:
+        text += f"; this sweep has {jobs} jobs, about {_duration((seconds + rest) * jobs)} in all if they are alike"
+    return text
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"

@@ -199,8 +199,9 @@ def extract_archive(archive: str | Path, cache: Path, sha256: str | None = None)
 
     path = Path(archive).expanduser()
     if not path.is_file():
-        raise FileNotFoundError(f"data.archive: {path} does not exist (the corpora ship with the repository, not "
-                                "with a wheel): pass data.archive=/path/to/archive.tar.xz (corpora/README.md)")
+        raise FileNotFoundError(f"data.archive: {path} does not exist (the shipped corpora are package data in "
+                                "lengthx/corpora/; reinstall lengthx if it is missing there): pass "
+                                "data.archive=/path/to/archive.tar.xz")
     digest = file_sha256(path)
     if sha256 and digest != sha256:
         raise ValueError(f"data.archive: {path} has sha256 {digest}, not the pinned data.archive_sha256={sha256}")

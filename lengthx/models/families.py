@@ -101,3 +101,21 @@ def base_model(model: nn.Module) -> nn.Module:
         if hasattr(model, attr):
             return getattr(model, attr)
     return model
+
+
+# transformers' ``config.model_type`` of the models each adapter serves (a plain model handed to the public API,
+# ``lengthx.api``): T5-family encoders for paper A, and the decoders whose attention carries τ
+MODEL_TYPES: dict[str, str] = {"t5": "t5", "gpt2": "gpt2", "gpt_neox": "gpt_neox", "llama": "llama",
+                               "mistral": "llama", "qwen2": "llama", "bloom": "bloom"}
+
+
+def family_of(model: nn.Module) -> Family:
+    """The adapter of a transformers model, from its ``config.model_type``; a model of another type is a
+    ValueError naming the supported ones."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type not in MODEL_TYPES:
+        raise ValueError(
+            f"{type(model).__name__} (model_type {model_type!r}) is not supported: lengthx applies τ and measures "
+            f"attention on model types {', '.join(MODEL_TYPES)} (T5 encoders for paper A; GPT-2, GPT-NeoX, "
+            "LLaMA-style and BLOOM decoders)")
+    return FAMILIES[MODEL_TYPES[model_type]]

@@ -27,6 +27,7 @@ import torch
 from omegaconf import DictConfig
 
 from lengthx.data.pieces import piece_dataset
+from lengthx.errors import UsageError
 from lengthx.models.loading import weights_fingerprint
 from lengthx.segmented.checkpoints import (
     CheckpointParts,
@@ -35,6 +36,7 @@ from lengthx.segmented.checkpoints import (
     _save_checkpoint,
     load_checkpoint,
 )
+from lengthx.segmented.metrics import LEGACY_CURVE_FILE, METRICS_FILE, read_curve
 from lengthx.segmented.models import check_family, max_positions, prepare_for_length, segmented_forward
 from lengthx.segmented.plan import (
     META_FILE,
@@ -125,24 +127,32 @@ class TrainResult:
     is_main: bool = True
 
 
-def read_curve(out: Path) -> list[dict[str, Any]]:
-    """The loss curve of a run (``curve.jsonl``; a torn last line is ignored)."""
-    path = Path(out) / "curve.jsonl"
-    rows = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return rows
-
-
 def _truncate_curve(out: Path, step: int) -> None:
+    """Keep the logged steps up to ``step`` (a resumed run logs the rest again) in ``metrics.jsonl``."""
     rows = [r for r in read_curve(out) if r["step"] <= step]
-    tmp = out / "curve.jsonl.tmp"
+    tmp = out / f"{METRICS_FILE}.tmp"
     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    tmp.replace(out / "curve.jsonl")
+    tmp.replace(out / METRICS_FILE)
+    (out / LEGACY_CURVE_FILE).unlink(missing_ok=True)
+
+
+def trackers(log_with: Any) -> list[str]:
+    """The Accelerate trackers of ``train.log_with`` (``tensorboard``, ``wandb``, … or a list; null = none),
+    each checked to be one Accelerate knows and whose package is installed, before anything loads."""
+    from accelerate.tracking import LOGGER_TYPE_TO_CLASS, get_available_trackers
+
+    if log_with is None or str(log_with).lower() in ("", "none", "null"):
+        return []
+    names = [str(n).strip() for n in (log_with.split(",") if isinstance(log_with, str) else log_with)]
+    for name in names:
+        if name not in LOGGER_TYPE_TO_CLASS:
+            raise UsageError(f"train.log_with={name}: not an Accelerate tracker; valid: "
+                             f"{', '.join(LOGGER_TYPE_TO_CLASS)} (or null: metrics.jsonl only)")
+        if name not in {str(t) for t in get_available_trackers()}:
+            raise UsageError(f"train.log_with={name}: the tracker's package is not installed (pip install "
+                             f"{'tensorboard' if name == 'tensorboard' else name}), or drop train.log_with "
+                             "(every run writes metrics.jsonl)")
+    return names
 
 
 def _precision(setting: str, device_type: str) -> str:
@@ -153,8 +163,9 @@ def _precision(setting: str, device_type: str) -> str:
     return setting
 
 
-def _accelerator(cfg: DictConfig) -> Any:
-    """Accelerate's handle for this run: CPU when asked or when no GPU is visible, the run's precision."""
+def _accelerator(cfg: DictConfig, logging_dir: Path) -> Any:
+    """Accelerate's handle for this run: CPU when asked or when no GPU is visible, the run's precision, and
+    the trackers of ``train.log_with`` (:func:`trackers`) writing under ``logging_dir``."""
     from accelerate import Accelerator
 
     # accelerate logs every checkpoint file at INFO and notes the tied lm_head (GPT-2, BLOOM) at WARNING on
@@ -164,7 +175,9 @@ def _accelerator(cfg: DictConfig) -> Any:
     device = str(cfg.get("device") or "auto")
     cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
     precision = _precision(str(cfg.train.get("precision", "auto")), "cpu" if cpu else "cuda")
-    return Accelerator(cpu=cpu, mixed_precision=precision)
+    log_with = trackers(cfg.train.get("log_with"))
+    return Accelerator(cpu=cpu, mixed_precision=precision, log_with=log_with or None,
+                       project_dir=str(logging_dir) if log_with else None)
 
 
 def _claim_output_dir(cfg: DictConfig, spec: RunSpec) -> None:
@@ -188,10 +201,12 @@ def _claim_output_dir(cfg: DictConfig, spec: RunSpec) -> None:
                     "changed since); remove the run or pass train.overwrite=true to train it again"
                 )
             shutil.rmtree(out / "checkpoints", ignore_errors=True)
-            (out / "curve.jsonl").unlink(missing_ok=True)
+            (out / METRICS_FILE).unlink(missing_ok=True)
+            (out / LEGACY_CURVE_FILE).unlink(missing_ok=True)
             shutil.rmtree(out / "final", ignore_errors=True)
     cfg_file.write_text(json.dumps(
-        {"config_hash": spec.config_hash, "base_weights": base_weights, "config": spec.config}, indent=1, default=str
+        {"config_hash": spec.config_hash, "base_weights": base_weights, "config": spec.config,
+         "differs_from_profile": spec.variant}, indent=1, default=str
     ))
 
 
@@ -282,7 +297,10 @@ def train(cfg: DictConfig) -> TrainResult:
 
     spec = resolve_run(cfg)
     tc, out = cfg.train, spec.output_dir
-    accelerator = _accelerator(cfg)
+    accelerator = _accelerator(cfg, out)
+    if spec.variant:
+        log.info("budget or schedule differs from profile %s (%s): its own run directory %s",
+                 spec.config["profile"], ", ".join(f"{k}={v}" for k, v in spec.variant.items()), out)
     set_seed(int(cfg.get("seed", 0)))
     model, tokenizer = load_for_training(cfg.model, tc.get("attn_implementation"))
     positions_info = prepare_for_length(model, str(cfg.model.family), spec.l_e)
@@ -295,6 +313,9 @@ def train(cfg: DictConfig) -> TrainResult:
     main = accelerator.is_main_process
     if main:  # the output directory is touched only once model, data and plan are known to be valid
         _claim_output_dir(cfg, spec)
+    if accelerator.log_with:  # train.log_with: the run's hyperparameters, then the metrics.jsonl lines
+        accelerator.init_trackers(out.name, config={k: v for k, v in flat_config(spec.config).items()
+                                                    if isinstance(v, int | float | str | bool)})
     accelerator.wait_for_everyone()
     if _is_finished(spec, plan):  # a finished run of this very config: nothing to train or export again
         log.info("%s is finished (%d steps); skipping", out, plan.steps)
@@ -343,9 +364,10 @@ def _run_steps(loop: _Loop, parts: CheckpointParts, plan: TrainPlan, tc: Any, ma
 
     state, out = parts.state, loop.spec.output_dir
     stop_after, save_every = tc.get("stop_after_steps"), int(tc.get("save_every") or 0)
+    log_every = int(tc.get("log_every") or 1)
     bar = tqdm(total=plan.steps, initial=state.step, desc=f"train {loop.spec.label}", unit="step",
                disable=not main or not tc.get("progress", True), dynamic_ncols=True)
-    window: list[tuple[float, int]] = []
+    logged: list[tuple[float, float]] = []  # (loss, seconds) of the steps since the last logged one
     loop.model.train()
     while state.step < plan.steps:
         if stop_after is not None and state.step >= int(stop_after):
@@ -356,18 +378,43 @@ def _run_steps(loop: _Loop, parts: CheckpointParts, plan: TrainPlan, tc: Any, ma
         state.tokens += plan.tokens_per_step
         dt = time.time() - t0
         state.seconds += dt
-        window = (window + [(dt, plan.tokens_per_step)])[-20:]
-        tok_s = sum(n for _, n in window) / max(1e-9, sum(t for t, _ in window))
+        logged.append((mean_loss, dt))
+        if state.step % log_every == 0 or state.step == plan.steps:
+            row = _log_metrics(loop.accelerator, out, state, lr, logged, plan.tokens_per_step, main)
+            bar.set_postfix(loss=f"{row['loss']:.4f}", tok_s=f"{row['tokens_per_s']:,.0f}", lr=f"{lr:.2e}")
+            logged = []
         if main:
-            row = {"step": state.step, "loss": round(mean_loss, 6), "lr": lr, "tokens": state.tokens,
-                   "seconds": round(state.seconds, 3)}
-            with open(out / "curve.jsonl", "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(row) + "\n")
-            bar.set_postfix(loss=f"{mean_loss:.4f}", tok_s=f"{tok_s:,.0f}", lr=f"{lr:.2e}")
             bar.update(1)
         if save_every and (state.step % save_every == 0 or state.step == plan.steps):
             _save_checkpoint(parts, out, state.step, int(tc.get("keep_checkpoints") or 2))
     bar.close()
+
+
+def _log_metrics(accelerator: Any, out: Path, state: TrainerState, lr: float, window: list[tuple[float, float]],
+                 tokens_per_step: int, main: bool) -> dict[str, Any]:
+    """One ``metrics.jsonl`` line for the steps of ``window`` (their mean loss, the throughput over them), also
+    sent to the trackers of ``train.log_with``; returns it."""
+    row = {"step": state.step, "loss": round(sum(loss for loss, _ in window) / len(window), 6), "lr": lr,
+           "tokens": state.tokens,
+           "tokens_per_s": round(len(window) * tokens_per_step / max(1e-9, sum(dt for _, dt in window)), 1),
+           "seconds": round(state.seconds, 3)}
+    if main:
+        with open(out / METRICS_FILE, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+    if accelerator.log_with:
+        accelerator.log({k: v for k, v in row.items() if k != "step"}, step=state.step)
+    return row
+
+
+def flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"train": {"lr": …}}`` → ``{"train.lr": …}``: a run's config as trackers take hyperparameters."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(flat_config(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def iter_curve(out: Path) -> Iterator[tuple[int, float]]:

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from lengthx.config import portable
+from lengthx.config import CONF_DIR, TRAIN_CONFIG, portable
 from lengthx.segmented.models import check_family
 from lengthx.segmented.sampling import SegmentMethod
 
@@ -47,6 +47,7 @@ _UNHASHED_TRAIN_KEYS = (
     "save_every",
     "keep_checkpoints",
     "log_every",
+    "log_with",
     "stop_after_steps",
     "progress",
 )
@@ -176,6 +177,7 @@ class RunSpec:
     output_dir: Path
     config_hash: str
     config: dict[str, Any] = field(default_factory=dict)
+    variant: dict[str, Any] = field(default_factory=dict)  # keys that differ from the profile's (differs_from_profile)
 
 
 def run_owner(model_cfg: Any) -> str:
@@ -257,18 +259,48 @@ def resolve_run(cfg: DictConfig) -> RunSpec:
         "profile": container.get("profile", {}).get("name", "mini"),
     }
     chash = hashlib.sha256(json.dumps(portable(relevant), sort_keys=True, default=str).encode()).hexdigest()[:12]
-    out = cfg.train.get("output_dir") or run_dir(str(relevant["profile"]), owner, label, l_e / l_t)
-    return RunSpec(method, label, l_t, l_e, Path(out), chash, relevant)
+    variant = differs_from_profile(train_cfg, relevant["seed"], str(relevant["profile"]))
+    out = cfg.train.get("output_dir") or run_dir(str(relevant["profile"]), owner, label, l_e / l_t, variant)
+    return RunSpec(method, label, l_t, l_e, Path(out), chash, relevant, variant)
+
+
+def profile_train_defaults(profile: str) -> tuple[dict[str, Any], Any]:
+    """The ``train`` section and ``seed`` a ``lengthx train`` of ``profile`` has when no ``train.*`` or ``seed``
+    is given: ``conf/train.yaml``'s, with the profile's ``train:`` entries over it."""
+    base = OmegaConf.load(CONF_DIR / f"{TRAIN_CONFIG}.yaml")
+    prof_path = CONF_DIR / "profile" / f"{profile}.yaml"
+    prof = OmegaConf.load(prof_path) if prof_path.is_file() else OmegaConf.create({})
+    train = OmegaConf.merge(base.get("train") or {}, prof.get("train") or {})
+    container = OmegaConf.to_container(train, resolve=True)
+    assert isinstance(container, dict)
+    return container, base.get("seed", 0)
+
+
+def differs_from_profile(train_cfg: dict[str, Any], seed: Any, profile: str) -> dict[str, Any]:
+    """The budget, schedule and optimiser keys (``train.*`` that enter the run's hash, and ``seed``) whose values
+    differ from the profile's: a run with any gets its own directory (:func:`run_dir`), so a smoke run with
+    ``train.max_steps=10`` never takes the place of the profile's run of the same method."""
+    defaults, default_seed = profile_train_defaults(profile)
+    out = {f"train.{k}": v for k, v in sorted(train_cfg.items())
+           if k not in _UNHASHED_TRAIN_KEYS and defaults.get(k) != v}
+    if seed != default_seed:
+        out["seed"] = seed
+    return out
 
 
 RUNS_DIR = Path(os.environ.get("LENGTHX_RUNS", "runs"))
 
 
-def run_name(label: str, factor: float) -> str:
-    """A run's directory name: its label and β = L_e/L_t, ``chunk-0.25-4x`` (DA: ``da-1x``)."""
-    return f"{label}-{factor:g}x"
+def run_name(label: str, factor: float, variant: dict[str, Any] | None = None) -> str:
+    """A run's directory name: its label and β = L_e/L_t, ``chunk-0.25-4x`` (DA: ``da-1x``); a run whose budget or
+    schedule differs from the profile's (``variant``, :func:`differs_from_profile`) adds a short hash of those
+    keys and values, ``ootb-1x~3f9a1c``."""
+    name = f"{label}-{factor:g}x"
+    if variant:
+        name += "~" + hashlib.sha256(json.dumps(variant, sort_keys=True, default=str).encode()).hexdigest()[:6]
+    return name
 
 
-def run_dir(profile: str, model: str, label: str, factor: float) -> Path:
-    """Default ``train.output_dir``: ``runs/<profile>/<model>/<label>-<β>x`` (``$LENGTHX_RUNS`` moves runs/)."""
-    return RUNS_DIR / profile / model / run_name(label, factor)
+def run_dir(profile: str, model: str, label: str, factor: float, variant: dict[str, Any] | None = None) -> Path:
+    """Default ``train.output_dir``: ``runs/<profile>/<model>/<label>-<β>x[~hash]`` (``$LENGTHX_RUNS`` moves runs/)."""
+    return RUNS_DIR / profile / model / run_name(label, factor, variant)

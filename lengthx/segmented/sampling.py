@@ -208,17 +208,19 @@ def segment(
 
 def collate_segmented(
     sequences: Sequence[torch.Tensor],
-    method: SegmentMethod,
+    method: SegmentMethod | str,
     l_t: int,
     generators: Sequence[torch.Generator | None] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """A batch from equal-length source sequences (no packing: one document piece per row).
+    """A batch from equal-length source sequences (no packing: one document piece per row); ``method`` is a
+    :class:`SegmentMethod` or its name (``"chunk-0.25"``).
 
     Returns ``input_ids``, ``position_ids`` (original positions), ``labels`` (−100 where no loss),
     ``loss_mask`` and an all-ones ``attention_mask``. The explicit mask matters: transformers 5 treats
     ``position_ids`` with gaps and no attention mask as *packed* sequences and blocks attention across the
     gaps, which would silently turn a chunk-α sequence into 1/α independent short ones.
     """
+    method = SegmentMethod.parse(method) if isinstance(method, str) else method
     gens = list(generators) if generators is not None else [None] * len(sequences)
     if len(gens) != len(sequences):
         raise ValueError(f"{len(sequences)} sequences but {len(gens)} generators")
