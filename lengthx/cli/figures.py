@@ -24,7 +24,10 @@ def figures_main(argv: list[str]) -> None:
     args = p.parse_args(argv)
     root = Path(args.results_dir)
     out = Path(args.out or root / "figures")
-    df = latest_ok(ResultsStore(root).read())
+    store = ResultsStore(root)
+    if args.out is None:
+        store.check_inside(out)  # a planted link must not carry the figures out of the results directory
+    df = latest_ok(store.read())
     written: list[Path] = []
     biases: set[str] = set()  # models whose Figure 1 is drawn (one per model, from its first task's side file)
     for side_path in sorted((root / "stats").glob("*.json")):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from lengthx.alignment.statistics import QQ_POINTS, STAT_METRICS, capture_stats, learned_bias
-from lengthx.core.cells import Cell, cell_hash
+from lengthx.core.cells import Cell
 from lengthx.core.store import make_dirs, safe_name, write_atomic
 from lengthx.core.sweep import row_fields, sweep
 from lengthx.tasks import Setting
@@ -53,8 +53,8 @@ class StatisticsJob:
 
     def cells(self) -> list[tuple[Cell, str]]:
         cfg = self.runner.cfg
-        return [(Cell(cfg.model.name, "stats", self.runner.task.name, setting),
-                 cell_hash(cfg, setting, self.runner.weights)) for setting in self.settings]
+        return [(Cell(cfg.model.name, "stats", self.runner.task.name, setting), self.runner.cell_hash(setting))
+                for setting in self.settings]
 
     def is_done(self, cell: Cell, chash: str) -> bool:
         return self.runner.store.is_done(cell.key, chash) and cell.setting.label in self.side["qq"]
