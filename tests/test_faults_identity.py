@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_faults import _env, _Payload
+from test_faults import _env, _Payload, run_command
 
 from lengthx.config import compose
 from lengthx.core.runner import Runner
@@ -304,7 +304,11 @@ def test_a_mistake_for_every_cell_stops_before_any_work(case, tiny_model_dir, tm
     base = [o for o in _overrides(tiny_model_dir, tmp_path / "res") if o.split("=")[0] not in keys | {"method"}]
     if case == "only-unknown":
         base = [o for o in base if not o.startswith("task.settings")]
-    status, err = cli(["run", *base, *extra], capsys, monkeypatch)
+    if case.endswith("-huge"):  # run apart, under a memory limit: a regression would allocate without end
+        p = run_command(["run", *base, *extra], timeout=120)
+        status, err = p.returncode, p.stderr
+    else:
+        status, err = cli(["run", *base, *extra], capsys, monkeypatch)
     line = user_error(status, err, needle, "Fix:")
     assert not (tmp_path / "res").exists(), line  # nothing was started
 
@@ -349,12 +353,14 @@ def test_an_auto_map_directory_is_refused_and_its_code_never_runs(tiny_model_dir
     auto_map and model.trust_remote_code; the directory's Python never runs."""
     model = Path(shutil.copytree(tiny_model_dir, tmp_path / "model"))
     marker = tmp_path / "pwned"
-    (model / "modeling_evil.py").write_text(f"open({str(marker)!r}, 'w').close()\n"
-                                            "from transformers import T5ForConditionalGeneration as EvilModel\n")
-    (model / "configuration_evil.py").write_text(f"open({str(marker)!r}, 'w').close()\n"
-                                                 "from transformers import T5Config as EvilConfig\n")
-    _with_config(model, auto_map={"AutoConfig": "configuration_evil.EvilConfig",
-                                  "AutoModelForSeq2SeqLM": "modeling_evil.EvilModel"})
+    plant = f"open({str(marker)!r}, 'w').close()\n"
+    (model / "configuration_evil.py").write_text(
+        plant + "from transformers import T5Config\n\n\nclass EvilConfig(T5Config):\n    model_type = 'evil_t5'\n")
+    (model / "modeling_evil.py").write_text(
+        plant + "from transformers import T5ForConditionalGeneration\n\nfrom .configuration_evil import EvilConfig\n\n\n"
+        "class EvilModel(T5ForConditionalGeneration):\n    config_class = EvilConfig\n")
+    _with_config(model, model_type="evil_t5", auto_map={"AutoConfig": "configuration_evil.EvilConfig",
+                                                        "AutoModelForSeq2SeqLM": "modeling_evil.EvilModel"})
     p = subprocess.run([*LENGTHX, "run", *_overrides(model, tmp_path / "res")], input="y\ny\n", capture_output=True,
                        text=True, env=_env(), timeout=300)
     assert not marker.exists(), "the model directory's code ran"

@@ -5,11 +5,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from lengthx.config import default_results_dir
-from lengthx.core.store import ResultsStore  # noqa: E402
+from lengthx.core.store import ResultsStore, read_json  # noqa: E402
 from lengthx.report.figures.paper_a import _save, figure1_bias, figure2_qq, temperature_figure
 from lengthx.report.figures.paper_b import figure2_ootb, figure3_medians  # noqa: E402
 from lengthx.report.figures.tau_vs_segmented import tau_vs_segmented_figure  # noqa: E402
@@ -32,7 +31,9 @@ def figures_main(argv: list[str]) -> None:
     biases: set[str] = set()  # models whose Figure 1 is drawn (one per model, from its first task's side file)
     for side_path in sorted((root / "stats").glob("*.json")):
         model, task = side_path.stem.split("__", 1)
-        side = json.loads(side_path.read_text())
+        side = read_json(side_path, required=("qq",))  # a damaged side file is named and set aside
+        if side is None:
+            continue
         if "bias" in side and model not in biases:
             biases.add(model)
             written += figure1_bias(side, model, out)

@@ -375,8 +375,7 @@ class PerplexityJob:
                      self.cfg.method.name)
             return
         hist_file = Path(self.cfg.results_dir) / "attention" / f"{self.cfg.model.name}__{self.method}.json"
-        if k <= 0 or (hist_file.is_file()
-                      and json.loads(hist_file.read_text()).get("fingerprint") == self.fingerprint):
+        if k <= 0 or ((read_json(hist_file) or {}).get("fingerprint") == self.fingerprint):
             return
         loaded = self.model()
         factor = float(self.cfg.task.get("attention_factor") or 4)

@@ -404,7 +404,7 @@ def _with_data_column(data: bytes) -> bytes:
 
 
 # the folders of a results directory lengthx writes into (besides results.csv): none may lead out of it
-STORE_FOLDERS = ("records", "calibration", "stats", "attention", "tables", "figures", ".cache", ".locks")
+STORE_FOLDERS = ("records", "calibration", "stats", "attention", "tables", "figures", ".cache", ".locks", ".hydra")
 
 
 @dataclass
@@ -439,6 +439,7 @@ class ResultsStore:
             raise StoreError(f"{self.csv_path} is a directory, where lengthx keeps its results file; move it away "
                              f"(mv {self.csv_path} {self.csv_path}.dir) or pass results_dir= another directory")
         self.check_inside(self.csv_path)
+        self.check_inside(self.root / ".results.lock")  # a lock file is opened with O_TRUNC
         for folder in STORE_FOLDERS:
             self.check_inside(self.root / folder)
         try:
