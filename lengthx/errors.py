@@ -27,3 +27,23 @@ def debug_enabled() -> bool:
 
 class UsageError(UserError):
     """A user mistake reported as one paragraph, without a traceback."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what a cluster scheduler or ``kill`` sends), handled like Ctrl-C: what was finished is kept and
+    the command says how to resume; the exit status is 143 (128 + 15) instead of Ctrl-C's 130."""
+
+    exit_status = 143
+    what = "terminated (SIGTERM)"
+
+
+def interrupted(err: KeyboardInterrupt) -> tuple[str, int]:
+    """(the word for it, the exit status) of Ctrl-C (130) or SIGTERM (:class:`Terminated`, 143)."""
+    if isinstance(err, Terminated):
+        return err.what, err.exit_status
+    return "interrupted", 130
+
+
+def raise_terminated(signum: int, frame: object) -> None:
+    """A SIGTERM handler: stop the command the way Ctrl-C does (:class:`Terminated`)."""
+    raise Terminated()

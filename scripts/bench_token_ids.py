@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / "token_ids.md")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    tok = AutoTokenizer.from_pretrained(str(ROOT / "lengthx" / "checkpoints" / "mini-t5"))
+    tok = AutoTokenizer.from_pretrained(str(ROOT / "lengthx" / "checkpoints" / "mini-t5"), trust_remote_code=False)
     l_max = 256
     pk, ln = PasskeyIds(tok, l_max), LinesIds(tok, l_max)
     gen, rng = torch.Generator().manual_seed(0), random.Random(0)

@@ -200,10 +200,10 @@ def pretrain(family: str, args: argparse.Namespace, tokenizer, seqs, unigram) ->
     out = Path(args.out) / name
     tmp = out.with_name(name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    model = AutoModelForCausalLM.from_pretrained(result.final_dir, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(result.final_dir, dtype=torch.float32, trust_remote_code=False)
     model.to(torch.float16).save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    exported = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
+    exported = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32, trust_remote_code=False).eval()
     ppl, ppl_tokens = perplexity(exported, seqs)
     last = result.curve[-1] if result.curve else {}
     meta = {
@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
     args.corpus = {"stdlib": sysconfig.get_paths()["stdlib"], "train_files": len(train_docs),
                    "test_files": len(test_docs)}
     if (tok_dir / "tokenizer.json").is_file():
-        tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+        tokenizer = AutoTokenizer.from_pretrained(tok_dir, trust_remote_code=False)
     else:
         tokenizer = train_bpe_tokenizer(iter(train_docs["text"]), args.vocab)
         tokenizer.save_pretrained(tok_dir)

@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.tokenizer / "tokenizer.json").exists():
         raise SystemExit(f"--tokenizer {args.tokenizer} has no tokenizer.json; pass the directory of a tokenizer "
                          "trained by lengthx.data.tokenizers.train_tokenizer (e.g. lengthx/checkpoints/mini-t5)")
-    tok = AutoTokenizer.from_pretrained(str(args.tokenizer))
+    tok = AutoTokenizer.from_pretrained(str(args.tokenizer), trust_remote_code=False)
 
     t0 = time.time()
     mix = Mixture(tok, args, device)
@@ -480,7 +480,8 @@ def finish(args: argparse.Namespace, tok: PreTrainedTokenizerFast, state: dict[s
            also: list[Path]) -> None:
     """Held-out EM of the exported fp16 weights in ``exported`` at each of ``lengths`` (the trained tasks);
     model card and curve beside them, and copies in ``also``."""
-    model = T5ForConditionalGeneration.from_pretrained(str(exported), dtype=torch.float32).to(device).eval()
+    model = T5ForConditionalGeneration.from_pretrained(str(exported), dtype=torch.float32,
+                                                      trust_remote_code=False).to(device).eval()
     final: dict[str, float] = {}
     for length in lengths:
         sets = held_out(tok, length, args.final_n, args.final_seed, trained_tasks(args))

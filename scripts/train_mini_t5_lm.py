@@ -127,7 +127,7 @@ def train(args: argparse.Namespace) -> tuple[object, dict]:
     from transformers import AutoTokenizer
 
     args.out.mkdir(parents=True, exist_ok=True)
-    tok = AutoTokenizer.from_pretrained(str(args.tokenizer))
+    tok = AutoTokenizer.from_pretrained(str(args.tokenizer), trust_remote_code=False)
     eos = tok.eos_token_id
     train_stream = token_stream(tok, corpus("train"), args.out / "train_ids.npy")
     test_stream = token_stream(tok, corpus("test"), args.out / "test_ids.npy")
@@ -265,7 +265,7 @@ Reproduce: `{command}`
 def export(model, state: dict, args: argparse.Namespace) -> None:
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(args.tokenizer))
+    tok = AutoTokenizer.from_pretrained(str(args.tokenizer), trust_remote_code=False)
     out = Path(args.export)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -115,7 +115,10 @@ def test_torn_row_is_set_aside_and_its_cell_recomputed(finished, tiny_model_dir,
     assert len(sides) == 1 and sides[0].read_bytes() == lines[-1][:-150]
     assert sides[0].name in p.stderr and "Traceback" not in p.stderr  # the warning names the side file
     after = csv.read_bytes().splitlines(keepends=True)
-    assert after[: len(lines) - 1] == lines[:-1]  # every whole row kept, byte for byte
+    assert lines[-2].count(torn_cell.encode()) == 1  # the torn cell's other row survived the cut …
+    assert after[: len(lines) - 2] == lines[:-2]  # … every row of the other cells is kept, byte for byte …
+    assert lines[-2] not in after  # … and the torn cell's survivor is replaced, not kept beside its new rows
+    assert not ResultsStore(res).read().duplicated(["cell", "config_hash", "metric"]).any()
     status = {line.split()[0]: line.split()[1] for line in p.stdout.splitlines() if line.startswith("mini-t5|")}
     assert status[torn_cell] == "ok" and set(status.values()) == {"ok", "done"}  # only the torn cell reran
     assert _latest(res) == _latest(finished)  # the torn cell has all its rows again, with the same values

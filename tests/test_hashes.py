@@ -1,5 +1,6 @@
 """Cell hashes without the checkout's path (docs/design.md §7): the same checkpoint anywhere is the same cell,
-a changed one is not; the migration carries results hashed the old way over, old key by old key."""
+a changed one is not; the migration carries results hashed the old ways over, old key by old key, and leaves a
+cell whose records the current code does not reproduce where it was."""
 
 from __future__ import annotations
 
@@ -27,14 +28,20 @@ MINI_T5_LM = PACKAGE_DIR / "checkpoints" / "mini-t5-lm"
 TABLE3_PMAX = ["model=mini-t5-lm", "task=lm", "method=pmax", "task.num_examples=100", "calibration.num_examples=4"]
 
 
-# cell hashes of a task's own settings, as results/ holds them since its migration to hashes without the
-# checkpoint's path (python -m lengthx.cli.migrate_hashes; pinned: results depend on them)
+# cell hashes of a task's own settings, as results/ holds them since its migration to hashes of the whole weights
+# and the task's behaviour, without the example count (python -m lengthx.cli.migrate_hashes; pinned: results
+# depend on them; the checkpoint's and the behaviour's fingerprints fixed as "w" and "b")
 PINNED = {
+    "mini": {"mini-t5|none|passkey|20k": (2702, "8534e8451a1b"), "mini-t5|none|passkey|55k": (7432, "fa3cf693a189")},
+    "paper": {"mini-t5|none|passkey|20k": (20000, "33ebce13e4fd"), "mini-t5|none|passkey|55k": (55000, "6b36abb90ad5")},
+}
+# ... as v2 computed them (no path; the example count in the hash): the migration's v2 hash must reproduce these
+PINNED_V2 = {
     "mini": {"mini-t5|none|passkey|20k": (2702, "e98e14bec594"), "mini-t5|none|passkey|55k": (7432, "8c8b5ee9a1a1")},
     "paper": {"mini-t5|none|passkey|20k": (20000, "9bf1392c63c7"), "mini-t5|none|passkey|55k": (55000, "42db31984bd2")},
 }
-# ... and as the code before that migration computed them (the checkpoint's path in the hash); the migration's
-# legacy hash must reproduce these (test_the_legacy_hash_is_the_old_code)
+# ... and as v1 computed them (the checkpoint's path in the hash); the migration's v1 hash must reproduce these
+# (test_the_legacy_hash_is_the_old_code)
 PINNED_BEFORE_MIGRATION = {
     "mini": {"mini-t5|none|passkey|20k": (2702, "60bc2379025d"), "mini-t5|none|passkey|55k": (7432, "15520e22d184")},
     "paper": {"mini-t5|none|passkey|20k": (20000, "579432b368d6"), "mini-t5|none|passkey|55k": (55000, "2d2cd2d84ab2")},
@@ -58,12 +65,14 @@ def test_default_settings_keep_their_cell_keys_and_hashes(profile):
     """Committed cells stay done: a task's own settings keep the keys and hashes results/ holds (a fixed config
     here, so that conf/ does not enter the hash), wherever the checkout lies."""
     cfg = pinned_config(profile)
-    got = {c.key: (c.setting.value, cell_hash(cfg, c.setting, "w")) for c in planned_cells(cfg)}
+    got = {c.key: (c.setting.value, cell_hash(cfg, c.setting, "w", "b")) for c in planned_cells(cfg)}
     assert got == PINNED[profile]
     with open_dict(cfg):
         cfg.model.path = "/another/clone/lengthx/checkpoints/mini-t5"
         cfg.model.description = "prose that labels the model"
-    assert {c.key: (c.setting.value, cell_hash(cfg, c.setting, "w")) for c in planned_cells(cfg)} == PINNED[profile]
+        cfg.task.num_examples = 4  # a cell is the first n of one sequence: its count is not part of it
+    assert {c.key: (c.setting.value, cell_hash(cfg, c.setting, "w", "b")) for c in planned_cells(cfg)} \
+        == PINNED[profile]
 
 
 def _moved(tmp_path: Path, name: str = "elsewhere") -> Path:
@@ -174,43 +183,63 @@ def test_the_committed_cells_are_done_for_a_checkpoint_elsewhere(tmp_path):
 
 # ---- the migration ---------------------------------------------------------------------------------------------
 def test_the_legacy_hash_is_the_old_code():
-    """The migration's old hash reproduces hashes the old code computed (pinned before the change)."""
-    from lengthx.cli.migrate_hashes import legacy_cell_hash
+    """The migration's old hashes reproduce hashes the old code computed (pinned before each change), for a
+    config that has gained keys since (model.trust_remote_code)."""
+    from lengthx.cli.migrate_hashes import legacy_cell_hash, v2_cell_hash
 
-    for profile, pinned in PINNED_BEFORE_MIGRATION.items():
+    for profile in PINNED:
         cfg = pinned_config(profile)
+        with open_dict(cfg):
+            cfg.model.trust_remote_code = False
         got = {c.key: (c.setting.value, legacy_cell_hash(cfg, c.setting, "w", Path("/unused")))
                for c in planned_cells(cfg)}
-        assert got == pinned
+        assert got == PINNED_BEFORE_MIGRATION[profile]
+        assert {c.key: (c.setting.value, v2_cell_hash(cfg, c.setting, "w")) for c in planned_cells(cfg)} \
+            == PINNED_V2[profile]
 
 
-def _legacy_results(results: Path, old_root: Path) -> dict[str, str]:
-    """A results directory as a checkout at ``old_root`` wrote it for Table 3's P_max job with 2 examples:
+LM_PMAX = ["model=mini-t5-lm", "task=lm", "method=pmax", "task.num_examples=2", "calibration.num_examples=1"]
+
+
+def _old_results(results: Path, scheme: str, old_root: Path = Path("/old/checkout")) -> dict[str, str]:
+    """A results directory as an older lengthx wrote it (``scheme`` v1: a checkout at ``old_root``; v2: the
+    example count in the hash, the weights by their first and last MiB) for Table 3's P_max job with 2 examples:
     rows and records of two cells, Algorithm 1's cache of one, and one row of a config that no longer exists."""
-    from lengthx.cli.migrate_hashes import legacy_cell_hash, legacy_fingerprint, legacy_model
+    from lengthx.cli.migrate_hashes import (
+        legacy_cell_hash,
+        legacy_fingerprint,
+        legacy_model,
+        v2_cell_hash,
+        v2_fingerprint,
+    )
     from lengthx.core.runner import calibration_file
 
-    overrides = ["model=mini-t5-lm", "task=lm", "method=pmax", "task.num_examples=2", "calibration.num_examples=1",
-                 f"results_dir={results}"]
-    cfg = compose_run(overrides)
+    cfg = compose_run([*LM_PMAX, f"results_dir={results}"])
     runner, store = Runner(cfg), ResultsStore(results)
-    legacy_fp = legacy_fingerprint(cfg, perplexity=False)
+    if scheme == "v1":
+        fp = legacy_fingerprint(cfg, perplexity=False)
+        old_key = {"model": legacy_model(cfg.model, old_root / "lengthx"), "weights": fp}
+        hash_of = lambda setting: legacy_cell_hash(cfg, setting, fp, old_root / "lengthx")  # noqa: E731
+    else:
+        fp = v2_fingerprint(cfg, perplexity=False)
+        old_key = {"weights": fp}
+        hash_of = lambda setting: v2_cell_hash(cfg, setting, fp)  # noqa: E731
     old = {}
     for cell in planned_cells(cfg)[:2]:
-        chash = legacy_cell_hash(cfg, cell.setting, legacy_fp, old_root / "lengthx")
+        chash = hash_of(cell.setting)
         old[cell.key] = chash
         rows = [{"paper": "A", "model": cell.model, "method": cell.method, "task": cell.task,
                  "setting": cell.setting.label, "metric": m, "value": v, "n": 2, "status": "ok", "cell": cell.key,
-                 "config_hash": chash, "message": "a, \"quoted\" message", "timestamp": "2026-01-01T00:00:00"}
+                 "config_hash": chash, "message": "a, \"quoted\" message", "timestamp": "2026-01-01T00:00:00",
+                 "L_tr": cfg.model.l_tr, "seed": 0}
                 for m, v in zip(runner.cell_metrics, (12.5, 2.5, 0.9, 0.1), strict=False)]
         assert store.append_rows(rows, cell.key, chash)
-        for i in range(2):
-            store.append_record(cell.key, {"id": f"0-{i}", "config_hash": chash, "scores": {"perplexity": 1.5 + i},
-                                           "output": "ünïcode"})
-        store.append_record(cell.key, {"id": "0-9", "config_hash": "000000000000", "scores": {}})
+        for ex in runner.cell_examples(cell.setting):
+            store.append_record(cell.key, {"id": ex.id, "prompt_hash": ex.prompt_hash, "config_hash": chash,
+                                           "scores": {"perplexity": 1.5, "nll": 0.4}, "output": "ünïcode"})
+        store.append_record(cell.key, {"id": "0-9", "config_hash": "000000000000", "scores": {"perplexity": 9.0}})
     first = planned_cells(cfg)[0]
-    _, key = runner.calibration_path(first)
-    legacy_key = {**key, "model": legacy_model(cfg.model, old_root / "lengthx"), "weights": legacy_fp}
+    legacy_key = {**runner.calibration_key(first, behaviour=False), **old_key}
     cache = calibration_file(results, first, cfg.method, legacy_key)
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps({**legacy_key, "tau": 0.9, "target": 0.5, "forward_passes": 11}, indent=1))
@@ -221,22 +250,23 @@ def _legacy_results(results: Path, old_root: Path) -> dict[str, str]:
     return old
 
 
-def test_the_migration_maps_every_old_key_to_its_new_one(tmp_path):
+@pytest.mark.parametrize("scheme", ["v1", "v2"])
+def test_the_migration_maps_every_old_key_to_its_new_one(scheme, tmp_path):
     from lengthx.cli.migrate_hashes import migrate
 
     results = tmp_path / "results"
-    old = _legacy_results(results, Path("/old/checkout"))
-    overrides = ["model=mini-t5-lm", "task=lm", "method=pmax", "task.num_examples=2", "calibration.num_examples=1",
-                 f"results_dir={results}"]
-    runner = Runner(compose_run(overrides))
+    old = _old_results(results, scheme)
+    runner = Runner(compose_run([*LM_PMAX, f"results_dir={results}"]))
     new = {cell.key: chash for cell, chash in runner.cells()}
     assert not any(runner.is_done(cell, chash) for cell, chash in runner.cells())  # the old keys are not found
     records_before = {p.name: p.read_bytes() for p in (results / "records").glob("*.jsonl")}
 
-    counts, _ = migrate(results, [Path("/old/checkout")], commands=[])  # the rows alone name the job
+    roots = [Path("/old/checkout")] if scheme == "v1" else []
+    counts, _ = migrate(results, roots, commands=[])  # the rows alone name the job
 
     rows = 2 * len(runner.cell_metrics)
     assert (counts.rows, counts.cells, counts.rows_left, counts.records, counts.calibration) == (rows, 2, 1, 4, 1)
+    assert not counts.stale and not counts.header  # written by this store: the header is current
     df = ResultsStore(results).read()
     for key, old_hash in old.items():
         assert set(df[df["cell"] == key]["config_hash"]) == {new[key]} != {old_hash}
@@ -255,8 +285,27 @@ def test_the_migration_maps_every_old_key_to_its_new_one(tmp_path):
     assert [p.name for p in (results / "calibration").iterdir()] == [path.name]
     assert json.loads(path.read_text())["forward_passes"] == 11
 
-    again, _ = migrate(results, [Path("/old/checkout")], commands=[])
+    again, _ = migrate(results, roots, commands=[])
     assert (again.rows, again.records, again.calibration) == (0, 0, 0)
+
+
+def test_a_cell_the_current_code_does_not_reproduce_stays_stale(tmp_path):
+    """A v2 cell whose records hold a prompt the current code no longer builds keeps its old hash (its next run
+    recomputes it), and is named; the other cell of the same job is migrated."""
+    from lengthx.cli.migrate_hashes import migrate
+
+    results = tmp_path / "results"
+    old = _old_results(results, "v2")
+    stale_cell = list(old)[1]
+    path = ResultsStore(results).records_path(stale_cell)
+    first, *rest = path.read_bytes().splitlines(keepends=True)
+    record = json.loads(first)
+    path.write_bytes((json.dumps({**record, "prompt_hash": "0" * 16}) + "\n").encode() + b"".join(rest))
+    counts, _ = migrate(results, [], commands=[])
+    assert counts.cells == 1 and len(counts.stale) == 1 and stale_cell in counts.stale[0]
+    assert f"example {record['id']}'s prompt" in counts.stale[0]
+    df = ResultsStore(results).read()
+    assert set(df[df["cell"] == stale_cell]["config_hash"]) == {old[stale_cell]}
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from lengthx.cli.validate import ConfigError, validate_run_config
-from lengthx.core.store import LEGACY_COLUMNS, ResultsStore
+from lengthx.core.store import COLUMNS, LEGACY_COLUMNS, ResultsStore
 from lengthx.models.minis import compose_run
 from lengthx.report.tables.paper_a import TABLE4, TABLE5
 
@@ -134,11 +134,14 @@ def test_rows_name_their_data(tiny_model_dir, tmp_path):
     assert Runner(cfg).data_source(Setting("1k", 100, "tokens")).startswith("stdlib-py")
 
 
-def test_a_results_file_without_the_data_column_reads_as_unknown_and_is_not_rewritten(tmp_path):
-    committed = ROOT / "results" / "mini" / "results.csv"  # its header predates rows that name their data
-    assert committed.read_text().splitlines()[0].split(",") == LEGACY_COLUMNS
-    with committed.open(newline="") as f:  # the rows written before the column: a legacy file as it was
-        legacy = [r for r in csv.reader(f) if len(r) == len(LEGACY_COLUMNS)]
+def test_a_results_file_without_the_data_column_reads_as_unknown_and_gains_it_on_the_next_row(tmp_path):
+    """A results file written before rows named their data (the header results/mini had) reads with ``data``
+    unknown; reading never rewrites it, and the first row of the current schema rewrites it whole (one rename)
+    with the current header, the older rows' ``data`` empty."""
+    committed = ROOT / "results" / "mini" / "results.csv"
+    with committed.open(newline="") as f:  # the rows written before the column, under the older header
+        legacy = [LEGACY_COLUMNS] + [r[:len(LEGACY_COLUMNS)] for r in list(csv.reader(f))[1:]
+                                     if len(r) == len(LEGACY_COLUMNS) or r[-1] == ""]
     with (tmp_path / "results.csv").open("w", newline="") as f:
         csv.writer(f, lineterminator="\n").writerows(legacy)
     before = (tmp_path / "results.csv").read_bytes()
@@ -151,11 +154,14 @@ def test_a_results_file_without_the_data_column_reads_as_unknown_and_is_not_rewr
            "metric": "accuracy", "value": 1.0, "n": 1, "status": "ok", "cell": "m|none|topics|5",
            "config_hash": "h", "timestamp": "9999", "data": "generated"}
     assert store.append_rows([row], row["cell"], "h")
-    after = (tmp_path / "results.csv").read_bytes()
-    assert after.startswith(before)  # appended, not rewritten
+    after = (tmp_path / "results.csv").read_bytes().splitlines(keepends=True)
+    assert after[0].decode().strip() == ",".join(COLUMNS)
+    assert [line.rstrip(b"\n") for line in after[1:-1]] == [line.rstrip(b"\n") + b"," for line in
+                                                             before.splitlines(keepends=True)[1:]]
     df2 = store.read()
     assert len(df2) == len(df) + 1 and df2["data"].iloc[-1] == "generated" and set(df2["data"].iloc[:-1]) == {""}
     assert store.is_done(row["cell"], "h") and store.is_done(df["cell"].iloc[0], df["config_hash"].iloc[0])
+    assert len(pd.read_csv(tmp_path / "results.csv")) == len(df2)
 
 
 # ---- tables say when their rows come from a stand-in -----------------------------------------------------------

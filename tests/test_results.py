@@ -32,8 +32,8 @@ def test_bad_rows_are_refused(tmp_path):
 
 def test_records_skip_a_torn_line(tmp_path):
     store = ResultsStore(tmp_path)
-    store.append_record("c", {"id": "a", "x": 1})
+    store.append_record("c", {"id": "a", "scores": {"x": 1}})
     with open(store.records_path("c"), "a") as fh:
         fh.write('{"id": "b", "x"')  # a kill in the middle of a write
-    store.append_record("c", {"id": "c", "x": 3})
+    store.append_record("c", {"id": "c", "scores": {"x": 3}})
     assert sorted(store.load_records("c")) == ["a", "c"]

@@ -3,21 +3,22 @@
 ``run`` and ``calibrate`` take Hydra overrides (``lengthx run task=passkey method=pmax``, ``-m`` sweeps,
 launchers); unknown config names fail before anything is loaded, with the valid names listed, and every job's
 config is validated (:mod:`lengthx.cli.validate`) before Hydra starts. A mistake the user can fix is one line on
-stderr and exit status 2, never a traceback (``--debug`` or ``LENGTHX_DEBUG=1`` shows it); Ctrl-C during
-``run`` says how much was kept (docs/results.md).
+stderr and exit status 2, never a traceback (``--debug`` or ``LENGTHX_DEBUG=1`` shows it); Ctrl-C (or SIGTERM,
+as a cluster scheduler sends) during ``run`` says how much was kept (docs/results.md).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
 from lengthx.cli.common import dry_run_job, hydra_command, hydra_entry, reported
 from lengthx.cli.run import calibrate_command, check_calibrate, plan_command, run_command, stats_command
 from lengthx.config import CONF_DIR, GROUPS, choices, register_resolvers
-from lengthx.errors import UsageError
+from lengthx.errors import UsageError, raise_terminated
 
 USAGE = """usage: lengthx <command> [args]
 
@@ -135,6 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         argv = [a for a in argv if a != "--debug"]
         os.environ["LENGTHX_DEBUG"] = "1"
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    signal.signal(signal.SIGTERM, raise_terminated)  # a scheduler's SIGTERM stops a run as Ctrl-C does
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return

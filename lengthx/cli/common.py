@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from lengthx.config import CONF_DIR, RUN_CONFIG, check_overrides, register_resolvers
-from lengthx.errors import UsageError, UserError, debug_enabled, one_line
+from lengthx.errors import UsageError, UserError, debug_enabled, interrupted, one_line
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -24,14 +24,16 @@ USER_ERRORS = (UserError, ValueError, FileNotFoundError, FileExistsError)  # exi
 @contextmanager
 def reported(prog: str = "lengthx") -> Iterator[None]:
     """Errors as one line on stderr: exit 2 for a mistake the user can fix (:data:`USER_ERRORS`), 1 for anything
-    else, 130 for Ctrl-C. With ``--debug`` / ``LENGTHX_DEBUG=1`` the error propagates, traceback and all."""
+    else, 130 for Ctrl-C, 143 for SIGTERM. With ``--debug`` / ``LENGTHX_DEBUG=1`` the error propagates, traceback
+    and all."""
     try:
         yield
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         if debug_enabled():
             raise
-        print("interrupted; rerun the same command to resume", file=sys.stderr)
-        sys.exit(130)
+        what, status = interrupted(err)
+        print(f"{what}; rerun the same command to resume", file=sys.stderr)
+        sys.exit(status)
     except USER_ERRORS as err:
         if debug_enabled():
             raise
@@ -51,36 +53,42 @@ HYDRA_INSPECT_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", 
 
 
 def validate_jobs(argv: list[str], environment: bool = True,
-                  check: Callable[[DictConfig], None] | None = None) -> None:
+                  check: Callable[[DictConfig], None] | None = None) -> list[Any]:
     """Validate the config of every job ``argv`` starts (each job of a ``-m`` sweep) before Hydra starts one:
     values (:func:`lengthx.cli.validate.validate_run_config`), the command's own ``check`` and, with
     ``environment``, ``results_dir`` and ``model.path``. Raises the first problem as one line naming the key
-    (or file) and the fix."""
-    from lengthx.cli.validate import check_override_values
-
-    if any(a in HYDRA_INSPECT_FLAGS for a in argv):
-        return
-    overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith("hydra")]
-    check_override_values(overrides)  # a wrong value on the command line: answered before Hydra loads
-
+    (or file) and the fix; returns the jobs' configs."""
     from hydra.errors import HydraException
 
-    from lengthx.cli.validate import compose_checked, composition_error, validate_run_config
+    from lengthx.cli.validate import (
+        check_override_values,
+        compose_checked,
+        composition_error,
+        validate_run_config,
+    )
     from lengthx.models.minis import apply_profile
 
+    if any(a in HYDRA_INSPECT_FLAGS for a in argv):
+        return []
+    overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith("hydra")]
+    check_override_values(overrides)  # a wrong value on the command line: answered before Hydra loads
     jobs = [overrides]
     if "-m" in argv or "--multirun" in argv:
         try:
             jobs = sweep_jobs(overrides)[1]
         except HydraException as err:
             raise composition_error(err, overrides) from None
-    checked: set[str] = set()
-    os.environ["LENGTHX_SWEEP_JOBS"] = str(len(jobs))  # the sweep's estimate after its first cell (core.sweep)
-    for job in jobs:
-        cfg = apply_profile(compose_checked(job))
+    configs = []
+    for job in jobs:  # every job's values first: a sweep whose last job is wrong touches nothing
+        configs.append(apply_profile(compose_checked(job)))
+        validate_run_config(configs[-1], environment=False)
         if check is not None:
-            check(cfg)
+            check(configs[-1])
+    os.environ["LENGTHX_SWEEP_JOBS"] = str(len(jobs))  # the sweep's estimate after its first cell (core.sweep)
+    checked: set[str] = set()
+    for cfg in configs if environment else []:
         validate_run_config(cfg, environment, checked)
+    return configs
 
 
 def hydra_entry(task_fn: Callable[[DictConfig], None], argv: list[str], prog: str,
@@ -90,21 +98,31 @@ def hydra_entry(task_fn: Callable[[DictConfig], None], argv: list[str], prog: st
     directory too)."""
     check_overrides(argv)
     register_resolvers()
-    validate_jobs(argv, environment, check)
+    configs = validate_jobs(argv, environment, check)
     import hydra
 
+    from lengthx.core.store import StoreError
     from lengthx.models.minis import apply_profile
 
     sys.argv = [prog, *argv]
-    if debug_enabled():
-        os.environ["HYDRA_FULL_ERROR"] = "1"
+    # Hydra's own errors (it cannot save its record of the run: a full disk) reach the one-line report below
+    # instead of Hydra printing a traceback and exiting 1
+    os.environ["HYDRA_FULL_ERROR"] = "1"
 
     def job(cfg) -> None:
         with reported(prog):
             apply_profile(cfg)  # profile=mini: a paper model runs as its shipped mini
             task_fn(cfg)
 
-    hydra.main(version_base=None, config_path=str(CONF_DIR), config_name=RUN_CONFIG)(job)()
+    try:
+        hydra.main(version_base=None, config_path=str(CONF_DIR), config_name=RUN_CONFIG)(job)()
+    except OSError as err:
+        if debug_enabled():
+            raise
+        where = err.filename or (f"{configs[0].results_dir}/.hydra" if configs else "hydra.run.dir")
+        raise StoreError(f"{where}: Hydra could not write its record of the run ({err.strerror or err}); nothing "
+                         "was computed. Free disk space (or make the directory writable) and rerun the same "
+                         "command") from err
 
 
 DRY_RUN_CELLS: list[tuple[str, str]] = []  # (experiment, cell key) listed by the jobs of a --dry-run

@@ -5,7 +5,6 @@ curves from the runs directory (PNG and PDF, :mod:`lengthx.report.figures`).
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from lengthx.config import default_results_dir
@@ -22,6 +21,7 @@ def figures_main(argv: list[str]) -> None:
     args = p.parse_args(argv)
     # after the arguments: --help and their errors answer without matplotlib, pandas or torch
     from lengthx.api.data import read_results
+    from lengthx.core.store import ResultsStore, read_json
     from lengthx.report.figures.paper_a import _save, figure1_bias, figure2_qq, temperature_figure
     from lengthx.report.figures.paper_b import figure2_ootb, figure3_medians
     from lengthx.report.figures.tau_vs_segmented import tau_vs_segmented_figure
@@ -30,12 +30,17 @@ def figures_main(argv: list[str]) -> None:
 
     root = Path(args.results_dir)
     out = Path(args.out or root / "figures")
+    store = ResultsStore(root)
+    if args.out is None:
+        store.check_inside(out)  # a planted link must not carry the figures out of the results directory
     df = read_results(root)  # the newest ok row per cell and metric, as lengthx.read_results gives it
     written: list[Path] = []
     biases: set[str] = set()  # models whose Figure 1 is drawn (one per model, from its first task's side file)
     for side_path in sorted((root / "stats").glob("*.json")):
         model, task = side_path.stem.split("__", 1)
-        side = json.loads(side_path.read_text())
+        side = read_json(side_path, required=("qq",))  # a damaged side file is named and set aside
+        if side is None:
+            continue
         if "bias" in side and model not in biases:
             biases.add(model)
             written += figure1_bias(side, model, out)

@@ -1,19 +1,27 @@
-"""``python -m lengthx.cli.migrate_hashes --old-root DIR``: carry a results directory from the cell hashes that
-held the checkout's absolute path to the portable ones (docs/design.md §7).
+"""``python -m lengthx.cli.migrate_hashes --results-dir DIR``: carry a results directory's cells from the hashes
+of earlier versions of lengthx to the current ones, without recomputing them (docs/design.md §7, docs/results.md).
 
-Cells hashed before this change put the resolved ``model.path`` (``<checkout>/lengthx/checkpoints/mini-t5``)
-into ``results.csv``'s ``config_hash``, the records' ``config_hash`` and Algorithm 1's cache key, so a clone at
-another path recomputed every committed cell. Now a hash holds the model's config without its path and the
-checkpoint by content (:mod:`lengthx.core.cells`).
+Two earlier schemes are known:
+
+- **v1** (``--old-root DIR``): the checkout's absolute ``model.path`` in the hash, the weights by name, size, first
+  and last MiB;
+- **v2** (always tried): the model's config without its path, the checkpoint by its config, tokenizer and weight
+  files' size, first and last MiB, and ``task.num_examples`` in the hash.
+
+The current hash (:func:`lengthx.core.cells.cell_hash`) holds every byte of the weights, the task's behaviour at the
+cell's setting (a few seeded prompts, the scorer on fixed answers), and not the number of examples.
 
 A hash cannot be inverted, so the migration recomputes: for every candidate job (the commands that produce the
-results, :data:`MINI_RECIPES`, plus one job per (model, method, task, example count) found in the rows) it
-computes each cell's old hash, as the old code did at ``--old-root``, and its new hash. Only a row whose
-(cell, hash) one of them reproduces exactly is rewritten, with the records of that cell under that hash, its
-Algorithm 1 cache file (renamed to its new key) and paper B's attention side file; anything else stays as it
-is and is counted (a cell computed under a config that no longer exists was not done before either).
-Every file is rewritten in place byte for byte except the hash, under the store's lock, and a second run finds
-nothing left to migrate.
+results, :data:`MINI_RECIPES` and ``--command``, plus jobs read off the rows: model, method, task, setting, L_tr,
+seed and example count, under each dtype of :data:`DTYPES`, with ``--set`` overrides) it computes each cell's old
+hash under each scheme. A (cell, hash) of ``results.csv`` or the records that an old hash reproduces exactly is
+the current config's cell; its records are then checked against what the current code does (each example's
+prompt hash, and each generated output scored again), and only a cell that passes is rewritten: its rows and
+records get the new hash, its Algorithm 1 cache file its new name and key, paper B's attention side file its new
+fingerprint. A cell whose prompts or scores differ is stale and stays under its old hash (its next run recomputes
+it); so does a cell no candidate reproduces. A ``results.csv`` with an older header gets the current one. Every
+file is rewritten beside itself and renamed, under the store's lock, byte for byte except the hashes; a second
+run finds nothing left to migrate.
 """
 
 from __future__ import annotations
@@ -23,36 +31,45 @@ import csv
 import hashlib
 import io
 import json
+import logging
 import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lengthx.cli.common import sweep_jobs
-from lengthx.config import PACKAGE_DIR, compose
+from lengthx.config import PACKAGE_DIR, compose, portable
 from lengthx.core.cells import (
+    MODEL_UNHASHED_KEYS,
     TEMPERATURE_METHODS,
+    Cell,
     cell_hash,
     experiment_skip_reason,
     planned_cells,
+    task_behaviour,
 )
-from lengthx.core.perplexity import PerplexityJob
+from lengthx.core.perplexity import PerplexityJob, checkpoint_fingerprint
 from lengthx.core.runner import Runner, calibration_file
-from lengthx.core.store import COLUMNS, ResultsStore, StoreError, write_atomic
-from lengthx.models.loading import weights_fingerprint
+from lengthx.core.store import COLUMNS, LEGACY_COLUMNS, ResultsStore, StoreError, csv_text, write_atomic
+from lengthx.models.loading import load_tokenizer, model_fingerprint, weights_fingerprint
 from lengthx.models.minis import apply_profile
 from lengthx.segmented.plan import source_meta
 from lengthx.tasks import TASKS, Setting
+from lengthx.tasks.segmented_ppl import _token_hash
 
-# The commands of the Makefile's reproduce-mini (AA_MINI_RECIPE, SB_RECIPE with SB_MINI_ARGS) and demo when the
-# hashes changed; ``task.only`` and ``experiment`` never enter a hash, so the column slices are left out.
+log = logging.getLogger("lengthx")
+
+# The commands of the Makefile's reproduce-mini (AA_MINI_RECIPE, SB_RECIPE and the τ-vs-segmented experiment), its
+# demo, and the earlier recipes the committed results were made with; ``task.only`` and ``experiment`` never
+# enter a hash, so the column slices are left out.
 MINI_RECIPES = (
     "stats -m experiment=aa_table1 task=topics,lines,passkey,mdqa",
     "stats -m model=mini-t5-lm task=lm,code_completion",
     "run -m experiment=aa_table4 calibration.num_examples=1",
+    "run -m experiment=aa_table4 task=passkey method=yarn,longrope calibration.num_examples=1",
     "run -m experiment=aa_table5 calibration.num_examples=1",
     "run -m experiment=aa_table3 task.num_examples=100 calibration.num_examples=4",
     "run -m experiment=aa_table6 task.num_examples=60 calibration.num_examples=4",
@@ -60,7 +77,13 @@ MINI_RECIPES = (
     "run -m experiment=aa_table3 method=prop1,prop2 task.num_examples=100 calibration.num_examples=4",
     "run -m experiment=aa_table3 method=pmax,entropy ++method.per_layer=true ++method.search=bisect "
     "task.num_examples=100 calibration.num_examples=4",
+    "run -m experiment=aa_table3 method=yarn,longrope task.num_examples=100 calibration.num_examples=4",
     "run -m task=passkey method=none,pmax task.num_examples=4 calibration.num_examples=1",
+    "run -m experiment=sb_table2 profile=mini",
+    "run -m experiment=sb_table3 profile=mini",
+    "run -m experiment=sb_table4 profile=mini",
+    "run -m experiment=sb_table5 profile=mini",
+    "run -m experiment=ext_tau_vs_segmented",
     "run -m profile=mini task=segmented_ppl model=gpt2,pythia-160m,gpt2-xl,pythia-1.4b,bloom-1b1 "
     "task.factors=[1,2,3,4,5] task.attention_medians=4 task.num_examples=60 task.text_factor=5",
     "run -m profile=mini task=segmented_ppl model=gpt2,pythia-160m task.run=full-2x,full-4x,chunk-0.125-2x,"
@@ -75,13 +98,21 @@ MINI_RECIPES = (
 ALIGNED_METHODS = ("pmax", "entropy", "prop1", "prop2")  # methods whose τ goes through Algorithm 1's cache
 # calibration.num_examples values tried for a row's job (None: the profile's)
 CALIBRATION_COUNTS = (None, 1, 2, 4, 5)
+# dtype values tried for a row's job (a row does not name the one it ran under)
+DTYPES = ("auto", "float32", "bfloat16")
+# keys the models' configs gained after the schemes below: left out of an old hash
+NEW_MODEL_KEYS = ("trust_remote_code",)
 
 
-# ---- the old hashes ---------------------------------------------------------------------------------------
+def _container(node: Any) -> dict[str, Any]:
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+
+
+# ---- v1: the checkout's path in the hash ---------------------------------------------------------------------
 def legacy_model(model_cfg: Any, old_package_dir: Path) -> dict[str, Any]:
-    """The model as the old hashes held it: the whole resolved config, a checkpoint inside the package at
+    """The model as v1 hashes held it: the whole resolved config, a checkpoint inside the package at
     ``old_package_dir`` (where the old checkout's ``lengthx/`` was)."""
-    model = OmegaConf.to_container(model_cfg, resolve=True) if isinstance(model_cfg, DictConfig) else dict(model_cfg)
+    model = {k: v for k, v in _container(model_cfg).items() if k not in NEW_MODEL_KEYS}
     path = model.get("path")
     if path and Path(str(path)).is_relative_to(PACKAGE_DIR):
         model["path"] = str(Path(old_package_dir) / Path(str(path)).relative_to(PACKAGE_DIR))
@@ -89,87 +120,147 @@ def legacy_model(model_cfg: Any, old_package_dir: Path) -> dict[str, Any]:
 
 
 def legacy_config_hash(cfg: DictConfig, setting: Setting, old_package_dir: Path) -> str:
-    """:func:`lengthx.core.cells.config_hash` as it was computed in a checkout whose package was at
+    """:func:`lengthx.core.cells.config_hash` as v1 computed it in a checkout whose package was at
     ``old_package_dir``."""
     relevant = {
         "model": legacy_model(cfg.model, old_package_dir),
-        "method": OmegaConf.to_container(cfg.method, resolve=True),
-        "task": {k: v for k, v in OmegaConf.to_container(cfg.task, resolve=True).items() if k not in ("settings", "only")},
+        "method": _container(cfg.method),
+        "task": {k: v for k, v in _container(cfg.task).items() if k not in ("settings", "only")},
         "setting": [setting.label, setting.value, setting.unit],
         "dtype": cfg.dtype,
-        "calibration": OmegaConf.to_container(cfg.calibration, resolve=True)
-        if cfg.method.name in ALIGNED_METHODS else None,
+        "calibration": _container(cfg.calibration) if cfg.method.name in ALIGNED_METHODS else None,
     }
     return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def legacy_cell_hash(cfg: DictConfig, setting: Setting, fingerprint: str, old_package_dir: Path) -> str:
-    """The old :func:`lengthx.core.cells.cell_hash`; ``fingerprint`` is the old one (:func:`legacy_fingerprint`)."""
+    """The v1 :func:`lengthx.core.cells.cell_hash`; ``fingerprint`` is v1's (:func:`legacy_fingerprint`)."""
     return hashlib.sha256(f"{legacy_config_hash(cfg, setting, old_package_dir)}|{fingerprint}".encode()).hexdigest()[:12]
 
 
 def legacy_fingerprint(cfg: DictConfig, perplexity: bool) -> str:
-    """The old fingerprint of the scored checkpoint: its weight files only (paper B: after the run's hash)."""
+    """v1's fingerprint of the scored checkpoint: its weight files only (paper B: after the run's hash)."""
     weights = weights_fingerprint(cfg.model.get("path"))
-    if not perplexity:
-        return weights
+    return f"{_run_stamp(cfg)}:{weights}" if perplexity else weights
+
+
+def _run_stamp(cfg: DictConfig) -> str:
     meta = source_meta(cfg.model)
-    run = f"{meta.get('config_hash', '')}:{meta.get('steps', '')}" if meta else ""
-    return f"{run}:{weights}"
+    return f"{meta.get('config_hash', '')}:{meta.get('steps', '')}" if meta else ""
 
 
-# ---- what to migrate --------------------------------------------------------------------------------------
+# ---- v2: portable, the weights by size, first and last MiB, the example count in the hash ---------------------
+V2_TASK_UNHASHED_KEYS = ("settings", "only", "description")
+
+
+def v2_config_hash(cfg: DictConfig, setting: Setting) -> str:
+    """:func:`lengthx.core.cells.config_hash` as v2 computed it: ``task.num_examples`` in, no path."""
+    model = {k: v for k, v in _container(cfg.model).items() if k not in (*MODEL_UNHASHED_KEYS, *NEW_MODEL_KEYS)}
+    relevant = {
+        "model": portable(model),
+        "method": _container(cfg.method),
+        "task": {k: v for k, v in _container(cfg.task).items() if k not in V2_TASK_UNHASHED_KEYS},
+        "setting": [setting.label, setting.value, setting.unit],
+        "dtype": cfg.dtype,
+        "calibration": _container(cfg.calibration) if cfg.method.name in ALIGNED_METHODS else None,
+    }
+    if relevant["calibration"] is not None and getattr(TASKS.get(str(cfg.task.name)), "calibration_item", None):
+        relevant["calibration"]["disjoint_from_evaluation"] = True
+    return hashlib.sha256(json.dumps(portable(relevant), sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def v2_fingerprint(cfg: DictConfig, perplexity: bool) -> str:
+    """v2's fingerprint of the scored checkpoint: its config and tokenizer files, its weight files' size, first
+    and last MiB (paper B: after the run's hash)."""
+    content = model_fingerprint(cfg.model.get("path"), weights=weights_fingerprint)
+    return f"{_run_stamp(cfg)}:{content}" if perplexity else content
+
+
+def v2_cell_hash(cfg: DictConfig, setting: Setting, fingerprint: str) -> str:
+    """The v2 :func:`lengthx.core.cells.cell_hash`; ``fingerprint`` is v2's (:func:`v2_fingerprint`)."""
+    return hashlib.sha256(f"{v2_config_hash(cfg, setting)}|{fingerprint}".encode()).hexdigest()[:12]
+
+
+# ---- candidates ---------------------------------------------------------------------------------------------
+@dataclass
+class Candidate:
+    """One cell of one candidate job, as the current code computes it."""
+
+    command: str
+    cfg: DictConfig
+    cell: Cell
+    old_keys: dict[str, dict[str, Any]] = field(default_factory=dict)  # old hash → its Algorithm 1 cache key
+
+
 @dataclass
 class Plan:
-    """Old → new, for everything a results directory keys by hash."""
+    """Old (cell, hash) → the candidate cell that reproduces it."""
 
-    cells: dict[tuple[str, str], str] = field(default_factory=dict)  # (cell key, old hash) → new hash
-    calibration: dict[Path, tuple[Path, dict[str, Any]]] = field(default_factory=dict)  # old file → (file, key)
-    attention: dict[Path, tuple[str, str]] = field(default_factory=dict)  # side file → (old, new fingerprint)
+    cells: dict[tuple[str, str], Candidate] = field(default_factory=dict)
     jobs: int = 0
     skipped_jobs: list[str] = field(default_factory=list)  # candidate jobs that cannot be built here, and why
 
 
-def _runner_cells(cfg: DictConfig, stats: bool, old: list[Path], plan: Plan) -> None:
-    runner = Runner(cfg)
-    legacy_fp = legacy_fingerprint(cfg, perplexity=False)
+def _add_runner_cells(plan: Plan, command: str, cfg: DictConfig, old_roots: list[Path]) -> None:
+    stats = command == "stats"
+    v2_fp, v1_fp = v2_fingerprint(cfg, perplexity=False), legacy_fingerprint(cfg, perplexity=False)
+    runner = Runner(cfg) if not stats and cfg.method.name in ALIGNED_METHODS else None
     for cell in planned_cells(cfg, stats=stats):
-        new = cell_hash(cfg, cell.setting, runner.weights)
-        for root in old:
-            plan.cells[(cell.key, legacy_cell_hash(cfg, cell.setting, legacy_fp, root))] = new
-        if stats or cfg.method.name not in ALIGNED_METHODS:
-            continue
-        path, key = runner.calibration_path(cell)
-        for root in old:
-            legacy_key = {**key, "model": legacy_model(cfg.model, root), "weights": legacy_fp}
-            plan.calibration[calibration_file(path.parent.parent, cell, cfg.method, legacy_key)] = (path, key)
+        cand = Candidate(command, cfg, cell)
+        key = runner.calibration_key(cell, behaviour=False) if runner is not None else {}
+        old = {v2_cell_hash(cfg, cell.setting, v2_fp): {**key, "weights": v2_fp}}
+        for root in old_roots:
+            old[legacy_cell_hash(cfg, cell.setting, v1_fp, root)] = {**key, "model": legacy_model(cfg.model, root),
+                                                                    "weights": v1_fp}
+        for chash, old_key in old.items():
+            cand.old_keys[chash] = old_key if runner is not None else {}
+            plan.cells.setdefault((cell.key, chash), cand)
 
 
-def _perplexity_cells(cfg: DictConfig, old: list[Path], plan: Plan) -> None:
-    job = PerplexityJob(cfg)  # a missing training run is a ValueError: its cells cannot be migrated here
-    legacy_fp = legacy_fingerprint(cfg, perplexity=True)
-    for cell, new in job.cells():
-        for root in old:
-            plan.cells[(cell.key, legacy_cell_hash(cfg, cell.setting, legacy_fp, root))] = new
-    if int(cfg.task.get("attention_medians") or 0) > 0:
-        side = Path(cfg.results_dir) / "attention" / f"{cfg.model.name}__{job.method}.json"
-        plan.attention[side] = (legacy_fp, job.fingerprint)
+def perplexity_job(cfg: DictConfig) -> PerplexityJob:
+    """:class:`PerplexityJob` of ``cfg`` as a migration builds it: it never trains (a run that is not on this
+    machine is not a candidate: an error), and its config keeps ``task.train_missing`` as given (it is part of
+    the hash) while ``model.path`` points at the run's export."""
+    given = cfg.task.get("train_missing", True)
+    with open_dict(cfg):
+        cfg.task.train_missing = False
+    try:
+        job = PerplexityJob(cfg)
+    finally:
+        with open_dict(cfg):
+            cfg.task.train_missing = given
+    return job
 
 
-def add_job(plan: Plan, command: str, overrides: list[str], old: list[Path]) -> None:
-    """Add the old → new hashes of every cell one job (``lengthx <command> <overrides>``) computes."""
+def _add_perplexity_cells(plan: Plan, cfg: DictConfig, old_roots: list[Path]) -> None:
+    job = perplexity_job(cfg)  # a missing training run is an error: its cells cannot be migrated here
+    v2_fp, v1_fp = v2_fingerprint(job.cfg, perplexity=True), legacy_fingerprint(job.cfg, perplexity=True)
+    from lengthx.tasks.segmented_ppl import resolve_settings
+
+    for setting in resolve_settings(job.cfg.task, job.l_t):
+        cell = Cell(str(job.cfg.model.name), job.method, "segmented_ppl", setting)
+        cand = Candidate("run", job.cfg, cell)
+        for chash in (v2_cell_hash(job.cfg, setting, v2_fp),
+                      *(legacy_cell_hash(job.cfg, setting, v1_fp, root) for root in old_roots)):
+            cand.old_keys[chash] = {"cell_hash": chash}
+            plan.cells.setdefault((cell.key, chash), cand)
+
+
+def add_job(plan: Plan, command: str, overrides: list[str], old_roots: list[Path]) -> None:
+    """Add the old hashes of every cell one job (``lengthx <command> <overrides>``) computes."""
     cfg = apply_profile(compose(overrides))
     if experiment_skip_reason(cfg):
         return
     plan.jobs += 1
     if command == "run" and getattr(TASKS.get(cfg.task.name), "scoring", "") == "perplexity":
-        _perplexity_cells(cfg, old, plan)
+        _add_perplexity_cells(plan, cfg, old_roots)
     else:
-        _runner_cells(cfg, command == "stats", old, plan)
+        _add_runner_cells(plan, command, cfg, old_roots)
 
 
 METHOD_ID = re.compile(r"(?P<name>fixed-(?P<tau>[^-]+)|[a-z0-9]+)(?:-scope=(?P<scope>[a-z_]+))?"
                        r"(?P<per_layer>-per-layer)?(?:-(?P<search>[a-z]+))?")
+EXPLICIT_LABEL = re.compile(r"(?P<value>\d+)(?P<unit>[a-z]+)")  # lengthx.tasks.base.explicit_label
 
 
 def method_overrides(method: str) -> list[str] | None:
@@ -185,20 +276,29 @@ def method_overrides(method: str) -> list[str] | None:
     return out + ([f"++method.search={m['search']}"] if m["search"] else [])
 
 
-def row_jobs(store: ResultsStore) -> list[tuple[str, list[str]]]:
-    """One candidate job per (model, method, task, examples) of paper A's rows: the model, method and task as
-    the row names them, ``task.num_examples`` unset or the row's ``n``, and for an aligned method each of
-    :data:`CALIBRATION_COUNTS` (``stats`` rows: ``lengthx stats`` at τ = 1)."""
+def row_jobs(store: ResultsStore, extra: list[str] = ()) -> list[tuple[str, list[str]]]:
+    """Candidate jobs of paper A's rows: the model, method and task as the row names them, its setting (an
+    explicit one as ``task.settings``), L_tr and seed, ``task.num_examples`` unset or the row's ``n``, each dtype
+    of :data:`DTYPES`, for an aligned method each of :data:`CALIBRATION_COUNTS`, then ``extra`` overrides
+    (``stats`` rows: ``lengthx stats`` at τ = 1)."""
     df = store.read()
     if df.empty:
         return []
     jobs: list[tuple[str, list[str]]] = []
-    seen = df[df["status"] == "ok"].drop_duplicates(["model", "method", "task", "n"])
+    seen = df[df["status"] == "ok"].drop_duplicates(["model", "method", "task", "setting", "n", "L_tr", "seed"])
     for r in seen.itertuples():
         if getattr(TASKS.get(r.task), "scoring", "") == "perplexity":
             continue  # paper B's jobs carry knobs the rows do not name: MINI_RECIPES has them
+        base = [f"model={r.model}", f"task={r.task}"]
+        if str(r.L_tr) not in ("", "nan"):
+            base.append(f"model.l_tr={int(float(r.L_tr))}")
+        if str(r.seed) not in ("", "nan"):
+            base.append(f"task.seed={int(float(r.seed))}")
+        label = EXPLICIT_LABEL.fullmatch(str(r.setting))
+        if label and label["unit"] in getattr(TASKS.get(r.task), "units", ()):
+            base += [f"task.settings=[{label['value']}]", f"task.unit={label['unit']}"]
         if r.method == "stats":
-            jobs.append(("stats", [f"model={r.model}", f"task={r.task}"]))
+            jobs += [("stats", [*base, f"dtype={d}", *extra]) for d in DTYPES]
             continue
         method = method_overrides(str(r.method))
         if method is None:
@@ -206,9 +306,11 @@ def row_jobs(store: ResultsStore) -> list[tuple[str, list[str]]]:
         counts = CALIBRATION_COUNTS if method[0].split("=")[1] in ALIGNED_METHODS else (None,)
         for examples in (None, int(r.n)):
             for cal in counts:
-                jobs.append(("run", [f"model={r.model}", f"task={r.task}", *method,
-                                     *([f"task.num_examples={examples}"] if examples is not None else []),
-                                     *([f"calibration.num_examples={cal}"] if cal is not None else [])]))
+                for dtype in DTYPES:
+                    jobs.append(("run", [*base, *method, f"dtype={dtype}",
+                                         *([f"task.num_examples={examples}"] if examples is not None else []),
+                                         *([f"calibration.num_examples={cal}"] if cal is not None else []),
+                                         *extra]))
     return jobs
 
 
@@ -222,24 +324,98 @@ def recipe_jobs(commands: tuple[str, ...] | list[str]) -> list[tuple[str, list[s
     return jobs
 
 
-def plan_migration(results_dir: Path, old_roots: list[Path], commands: list[str] | tuple[str, ...] = MINI_RECIPES
-                   ) -> Plan:
-    """Old → new hashes of every cell the candidate jobs compute, the old code run at each of ``old_roots``
-    (checkouts whose ``lengthx/`` package computed the results)."""
+def plan_migration(results_dir: Path, old_roots: list[Path] = (), commands: list[str] | tuple[str, ...] = MINI_RECIPES,
+                   extra: list[str] = ()) -> Plan:
+    """Old hashes (v2, and v1 as computed at each of ``old_roots``: checkouts whose ``lengthx/`` package computed
+    the results) of every cell the candidate jobs compute."""
     store = ResultsStore(results_dir)
     old = [Path(root) / "lengthx" for root in old_roots]
     plan = Plan()
     seen: set[tuple[str, tuple[str, ...]]] = set()
-    for command, job in [*recipe_jobs(commands), *row_jobs(store)]:
+    for command, job in [*recipe_jobs(commands), *row_jobs(store, list(extra))]:
         overrides = [*job, f"results_dir={results_dir}"]
         if (command, tuple(overrides)) in seen:
             continue
         seen.add((command, tuple(overrides)))
         try:
             add_job(plan, command, overrides, old)
-        except ValueError as err:  # e.g. a training run of paper B that is not on this machine
-            plan.skipped_jobs.append(f"lengthx {command} {' '.join(job)}: {err}")
+        except (ValueError, OSError) as err:  # e.g. a training run of paper B that is not on this machine
+            # (FileNotFoundError is an OSError)
+            plan.skipped_jobs.append(f"lengthx {command} {' '.join(job)}: {str(err).splitlines()[0][:200]}")
     return plan
+
+
+# ---- the current hash and what the current code does ---------------------------------------------------------
+class Current:
+    """New hashes and the check of a cell's records against the current code, computed once per task, model and
+    setting."""
+
+    def __init__(self) -> None:
+        self.tokenizers: dict[str, Any] = {}
+        self.behaviours: dict[str, str] = {}
+        self.examples: dict[str, list[Any]] = {}
+
+    def tokenizer(self, cfg: DictConfig) -> Any:
+        key = str(cfg.model.get("path") or cfg.model.get("hub_id"))
+        if key not in self.tokenizers:
+            self.tokenizers[key] = load_tokenizer(cfg.model)
+        return self.tokenizers[key]
+
+    @staticmethod
+    def _task_key(cfg: DictConfig, setting: Setting, *more: Any) -> str:
+        task = {k: v for k, v in _container(cfg.task).items() if k not in ("num_examples", "only", "settings")}
+        return json.dumps([task, str(cfg.profile.name), int(cfg.model.l_tr), str(cfg.model.get("path")),
+                           [setting.label, setting.value, setting.unit], *more], sort_keys=True, default=str)
+
+    def new_hash(self, cand: Candidate) -> str:
+        cfg, setting = cand.cfg, cand.cell.setting
+        if cand.cell.task == "segmented_ppl":
+            job = perplexity_job(cfg)
+            return cell_hash(cfg, setting, job.fingerprint, job.behaviour(setting))
+        key = self._task_key(cfg, setting)
+        if key not in self.behaviours:
+            runner = Runner(cfg)
+            self.behaviours[key] = task_behaviour(runner.task, setting, self.tokenizer(cfg), int(cfg.task.seed))
+        return cell_hash(cfg, setting, model_fingerprint(cfg.model.get("path")), self.behaviours[key])
+
+    def problem(self, cand: Candidate, records: dict[str, dict[str, Any]], n: int) -> str | None:
+        """Why the records of a cell are not what the current code computes (a prompt or a score differs), or
+        None. Statistics cells keep no records; a likelihood task's scores come from the model (its prompts and
+        continuations are checked)."""
+        if cand.command == "stats" or not records:
+            return None
+        if cand.cell.task == "segmented_ppl":
+            return self._perplexity_problem(cand, records, n)
+        cfg = cand.cfg.copy()
+        with open_dict(cfg):
+            cfg.task.num_examples = n
+        runner = Runner(cfg)
+        key = self._task_key(cfg, cand.cell.setting, n, cfg.method.name == "truncation",
+                             cfg.model.get("chat_template"))
+        if key not in self.examples:
+            runner.tokenizer = self.tokenizer(cfg)
+            self.examples[key] = runner.cell_examples(cand.cell.setting)
+        generation = getattr(runner.task, "scoring", "generation") == "generation"
+        for ex in self.examples[key]:
+            rec = records.get(ex.id)
+            if rec is None:
+                continue
+            if rec.get("prompt_hash") != ex.prompt_hash:
+                return f"example {ex.id}'s prompt is not the one this code builds"
+            if generation and "output" in rec:
+                now = runner.task.score(str(rec["output"]), ex)
+                for m in runner.task.metrics:
+                    if m in rec["scores"] and abs(float(now[m]) - float(rec["scores"][m])) > 1e-6:
+                        return f"example {ex.id} scores {m}={now[m]} with this code, {rec['scores'][m]} recorded"
+        return None
+
+    def _perplexity_problem(self, cand: Candidate, records: dict[str, dict[str, Any]], n: int) -> str | None:
+        job = perplexity_job(cand.cfg)
+        for sid, ids in job.task.sequences(self.tokenizer(job.cfg), cand.cell.setting.value, job.n):
+            rec = records.get(sid)
+            if rec is not None and rec.get("prompt_hash") != _token_hash(ids):
+                return f"sequence {sid} is not the one this code scores"
+        return None
 
 
 # ---- rewriting ------------------------------------------------------------------------------------------
@@ -252,6 +428,9 @@ class Counts:
     record_files: int = 0
     calibration: int = 0
     attention: int = 0
+    header: bool = False
+    stale: list[str] = field(default_factory=list)  # cells whose records the current code does not reproduce
+    unchecked: int = 0  # migrated cells with no records to check (statistics, or records deleted)
 
 
 def _replace_once(line: bytes, key: str, old: str, new: str, where: Path) -> bytes:
@@ -262,18 +441,30 @@ def _replace_once(line: bytes, key: str, old: str, new: str, where: Path) -> byt
     return line.replace(before, after)
 
 
-def migrate_rows(store: ResultsStore, cells: dict[tuple[str, str], str], counts: Counts) -> None:
-    """Rewrite ``config_hash`` of the rows whose (cell, hash) ``cells`` maps."""
+def _read_rows(store: ResultsStore) -> list[list[str]]:
     data = store.csv_path.read_bytes() if store.csv_path.exists() else b""
     if not data:
-        return
+        return []
+    store.read()  # stops with the file, line and fix when it does not parse
     text = data.decode("utf-8")
     rows = list(csv.reader(io.StringIO(text, newline="")))
-    if _csv_text(rows) != text:
+    if csv_text(rows) != text:
         raise StoreError(f"{store.csv_path} is not in the form lengthx writes it (quoting or line ends differ); "
                          "migrate it by hand")
+    return rows
+
+
+def migrate_rows(store: ResultsStore, cells: dict[tuple[str, str], str], counts: Counts) -> None:
+    """Rewrite ``config_hash`` of the rows whose (cell, hash) ``cells`` maps, and give a file with the older
+    header (:data:`LEGACY_COLUMNS`) the current one (its older rows an empty ``data`` field)."""
+    rows = _read_rows(store)
+    if not rows:
+        return
     cell_col, hash_col = COLUMNS.index("cell"), COLUMNS.index("config_hash")
-    found = set()
+    found, changed = set(), False
+    if rows[0] == LEGACY_COLUMNS:
+        rows = [COLUMNS] + [row + [""] * (len(COLUMNS) - len(row)) for row in rows[1:]]
+        counts.header = changed = True
     for row in rows[1:]:
         new = cells.get((row[cell_col], row[hash_col]))
         if new is None:
@@ -282,15 +473,9 @@ def migrate_rows(store: ResultsStore, cells: dict[tuple[str, str], str], counts:
         found.add((row[cell_col], row[hash_col]))
         row[hash_col] = new
         counts.rows += 1
-    counts.cells = len(found)
-    if found:
-        write_atomic(store.csv_path, _csv_text(rows).encode("utf-8"))
-
-
-def _csv_text(rows: list[list[str]]) -> str:
-    buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerows(rows)
-    return buf.getvalue()
+    counts.cells = len({cell for cell, _ in found})
+    if found or changed:
+        write_atomic(store.csv_path, csv_text(rows).encode("utf-8"))
 
 
 def migrate_records(store: ResultsStore, cells: dict[tuple[str, str], str], counts: Counts) -> None:
@@ -319,62 +504,133 @@ def migrate_records(store: ResultsStore, cells: dict[tuple[str, str], str], coun
             counts.record_files += 1
 
 
-def migrate_calibration(calibration: dict[Path, tuple[Path, dict[str, Any]]], counts: Counts) -> None:
-    """Move each old Algorithm 1 cache file to its new name, its key fields replaced by the new key."""
-    for old_path, (new_path, key) in sorted(calibration.items()):
+def migrate_calibration(results_dir: Path, moves: list[tuple[Candidate, str, str]], current: Current,
+                        counts: Counts) -> None:
+    """Move each migrated cell's Algorithm 1 cache file from its old name and key to its new ones."""
+    for cand, old, new in moves:
+        old_key = cand.old_keys.get(old)
+        if not old_key:
+            continue
+        method = cand.cfg.method
+        if cand.cell.task == "segmented_ppl":
+            new_key = {"cell_hash": new}
+        else:
+            runner = Runner(cand.cfg)
+            runner.tokenizer = current.tokenizer(cand.cfg)
+            new_key = runner.calibration_key(cand.cell)
+        old_path = calibration_file(results_dir, cand.cell, method, old_key)
+        new_path = calibration_file(results_dir, cand.cell, method, new_key)
         if not old_path.is_file() or old_path == new_path:
             continue
         cached = json.loads(old_path.read_text(encoding="utf-8"))
         if not new_path.exists():
-            rest = {k: v for k, v in cached.items() if k not in key}
-            write_atomic(new_path, json.dumps({**key, **rest}, indent=1).encode())
+            rest = {k: v for k, v in cached.items() if k not in old_key and k not in new_key}
+            write_atomic(new_path, json.dumps({**new_key, **rest}, indent=1).encode())
         old_path.unlink()
         counts.calibration += 1
 
 
-def migrate_attention(attention: dict[Path, tuple[str, str]], counts: Counts) -> None:
-    """Set the checkpoint fingerprint of paper B's attention side files written under the old one."""
-    for path, (old, new) in sorted(attention.items()):
-        if not path.is_file() or old == new:
+def migrate_attention(results_dir: Path, cands: list[Candidate], old_roots: list[Path], counts: Counts) -> None:
+    """Set the checkpoint fingerprint of paper B's attention side files written under an old one."""
+    for cand in {id(c): c for c in cands if c.cell.task == "segmented_ppl"}.values():
+        path = results_dir / "attention" / f"{cand.cfg.model.name}__{cand.cell.method}.json"
+        if not path.is_file():
             continue
         data = path.read_bytes()
-        if json.loads(data).get("fingerprint") != old:
+        have = json.loads(data).get("fingerprint")
+        olds = {v2_fingerprint(cand.cfg, perplexity=True), legacy_fingerprint(cand.cfg, perplexity=True)}
+        new = checkpoint_fingerprint(cand.cfg.model)
+        if have in olds and have != new:
+            write_atomic(path, _replace_once(data, "fingerprint", have, new, path))
+            counts.attention += 1
+
+
+def _present(store: ResultsStore, rows: list[list[str]], plan: Plan) -> dict[tuple[str, str], int]:
+    """Every (cell, hash) of the rows (with its largest ``n`` of an ok row) and of the records of the plan's cells
+    (with its number of records, where no row names it)."""
+    found: dict[tuple[str, str], int] = {}
+    cols = {c: k for k, c in enumerate(rows[0])} if rows else {}
+    for row in rows[1:]:
+        key = (row[cols["cell"]], row[cols["config_hash"]])
+        n = int(float(row[cols["n"]])) if row[cols["status"]] == "ok" and row[cols["n"]] else 0
+        found[key] = max(found.get(key, 0), n)
+    for cell in sorted({c for c, _ in plan.cells}):
+        path = store.records_path(cell)
+        if not path.is_file():
             continue
-        write_atomic(path, _replace_once(data, "fingerprint", old, new, path))
-        counts.attention += 1
+        per_hash: dict[str, int] = {}
+        for line in path.read_bytes().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and isinstance(rec.get("config_hash"), str):
+                per_hash[rec["config_hash"]] = per_hash.get(rec["config_hash"], 0) + 1
+        for chash, count in per_hash.items():
+            found.setdefault((cell, chash), count)
+    return found
 
 
-def migrate(results_dir: Path, old_roots: list[Path], commands: list[str] | tuple[str, ...] = MINI_RECIPES
-            ) -> tuple[Counts, Plan]:
-    """Plan and apply the migration of ``results_dir`` (under its store's lock)."""
-    store = ResultsStore(Path(results_dir))
-    plan = plan_migration(Path(results_dir), old_roots, commands)
-    counts = Counts()
+def migrate(results_dir: Path, old_roots: list[Path] = (), commands: list[str] | tuple[str, ...] = MINI_RECIPES,
+            extra: list[str] = (), check: bool = True) -> tuple[Counts, Plan]:
+    """Plan and apply the migration of ``results_dir`` (under its store's lock); ``check``: a cell's records must
+    be what the current code computes (:meth:`Current.problem`)."""
+    results_dir = Path(results_dir)
+    store = ResultsStore(results_dir)
+    plan = plan_migration(results_dir, list(old_roots), commands, list(extra))
+    counts, current = Counts(), Current()
     with store.lock:
-        migrate_rows(store, plan.cells, counts)
-        migrate_records(store, plan.cells, counts)  # also a cell interrupted before its rows: it resumes
-        migrate_calibration(plan.calibration, counts)
-        migrate_attention(plan.attention, counts)
+        rows = _read_rows(store)
+        mapping: dict[tuple[str, str], str] = {}
+        moves: list[tuple[Candidate, str, str]] = []
+        present = [(key, n) for key, n in sorted(_present(store, rows, plan).items()) if key in plan.cells]
+        for k, ((cell, old), n) in enumerate(present, 1):
+            cand = plan.cells[(cell, old)]
+            log.info("[%d/%d] %s (%s)", k, len(present), cell, old)
+            new = current.new_hash(cand)
+            if new == old:
+                continue
+            records = {i: r for i, r in store.load_records(cell).items() if r.get("config_hash") == old}
+            problem = current.problem(cand, records, n or len(records)) if check else None
+            if problem is not None:
+                counts.stale.append(f"{cell} ({old}): {problem}")
+                continue
+            counts.unchecked += not records
+            mapping[(cell, old)] = new
+            moves.append((cand, old, new))
+        migrate_rows(store, mapping, counts)
+        migrate_records(store, mapping, counts)  # also a cell interrupted before its rows: it resumes
+        migrate_calibration(results_dir, moves, current, counts)
+        migrate_attention(results_dir, [c for c, _, _ in moves], list(old_roots), counts)
     return counts, plan
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m lengthx.cli.migrate_hashes", description=__doc__.splitlines()[0])
-    p.add_argument("--results-dir", default="results/mini")
-    p.add_argument("--old-root", action="append", required=True,
-                   help="the checkout (the directory holding lengthx/) that computed the results; repeatable")
+    p.add_argument("--results-dir", default="results/mini", help="the results directory to migrate (any)")
+    p.add_argument("--old-root", action="append", default=[],
+                   help="a checkout (the directory holding lengthx/) whose absolute path v1 hashes hold; repeatable")
     p.add_argument("--command", action="append", default=[],
-                   help="another command that produced results, e.g. 'run -m task=passkey method=log'")
+                   help="another command that produced results, e.g. 'run -m task=passkey method=log model.path=DIR'")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="an override added to every job read off the rows, e.g. model.path=runs/mini-t5/final")
+    p.add_argument("--no-check", action="store_true",
+                   help="migrate a reproduced cell without checking its records against the current code")
     args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     counts, plan = migrate(Path(args.results_dir), [Path(r) for r in args.old_root],
-                           [*MINI_RECIPES, *args.command])
+                           [*MINI_RECIPES, *args.command], args.set, check=not args.no_check)
     print(f"{plan.jobs} candidate jobs, {len(plan.cells)} (cell, old hash) pairs")
     for why in plan.skipped_jobs:
         print(f"  not a candidate here: {why}")
     print(f"results.csv: {counts.rows} rows of {counts.cells} cells migrated, {counts.rows_left} rows left as they "
-          f"were (no candidate job reproduces their hash)")
+          f"were (no candidate job reproduces their hash, or they are stale)"
+          + ("; the header gained the data column" if counts.header else ""))
     print(f"records: {counts.records} lines in {counts.record_files} files; calibration: {counts.calibration} "
-          f"files renamed; attention: {counts.attention} side files")
+          f"files renamed; attention: {counts.attention} side files; {counts.unchecked} migrated cells had no "
+          "records to check")
+    for line in counts.stale:
+        print(f"  stale, left under its old hash (its next run recomputes it): {line}")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from lengthx.cli.common import experiment_jobs, print_job_cells, print_plan
 from lengthx.config import CONF_DIR, RUN_CONFIG, check_overrides, choices
-from lengthx.errors import UsageError, debug_enabled
+from lengthx.errors import UsageError, debug_enabled, interrupted
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -60,12 +60,13 @@ def run_command(cfg: DictConfig) -> None:
         runner = Runner(cfg)
         try:
             summary = runner.run()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (lengthx.errors.Terminated)
             if debug_enabled():
                 raise
+            what, status = interrupted(err)
             kept, total = runner.kept_examples()
-            print(f"interrupted; rerun the same command to resume: {kept} of {total} examples kept", file=sys.stderr)
-            sys.exit(130)
+            print(f"{what}; rerun the same command to resume: {kept} of {total} examples kept", file=sys.stderr)
+            sys.exit(status)
     for s in summary:
         print(summary_line(s))
 

@@ -23,16 +23,17 @@ def tables_main(argv: list[str]) -> None:
     p.add_argument("--summary", action="store_true",
                    help="print one compact table of the cells present (setting × method, with τ); write nothing")
     args = p.parse_args(argv)
-    from lengthx.core.store import ResultsStore  # after the arguments: --help and their errors answer at once
+    # after the arguments: --help and their errors answer at once
+    from lengthx.core.store import ResultsStore, git_commit, make_dirs
     from lengthx.report.tables import DESCRIPTIVE, TABLES
     from lengthx.report.tables.published import PAPER_DIR
     from lengthx.report.tables.render import render
-    from lengthx.report.tables.summary import summary_markdown
+    from lengthx.report.tables.summary import code_versions_note, summary_markdown
 
     store = ResultsStore(Path(args.results_dir))
     df = store.read()
     if args.summary:
-        print(summary_markdown(df) if not df.empty else f"no results in {store.csv_path}")
+        print(summary_markdown(df, git_commit()) if not df.empty else f"no results in {store.csv_path}")
         print(f"\nevery paper table: lengthx tables --results-dir {args.results_dir}  (written to "
               f"{Path(args.results_dir) / 'tables'})")
         return
@@ -41,7 +42,12 @@ def tables_main(argv: list[str]) -> None:
               "is incomplete; reinstall it (pip install lengthx, or pip install -e . in a clone)", file=sys.stderr)
         raise SystemExit(2)
     out = Path(args.out or Path(args.results_dir) / "tables")
-    out.mkdir(parents=True, exist_ok=True)
+    if args.out is None:
+        store.check_inside(out)  # a planted link must not carry the tables out of the results directory
+    make_dirs(out)
+    note = code_versions_note(df, git_commit())
+    if note:
+        print(f"lengthx tables: {note}", file=sys.stderr)
     suffix = "_vs_paper" if args.compare_paper else ""
     for table in DESCRIPTIVE.values():  # made of the model configs: written with or without results
         latex, markdown = table.render(PAPER_DIR if args.compare_paper else None)
@@ -61,11 +67,14 @@ def tables_main(argv: list[str]) -> None:
 
 
 def _write(out: Path, stem: str, fmt: str, latex: str, markdown: str) -> None:
-    """Write and print one rendered table in the chosen format(s)."""
+    """Write and print one rendered table in the chosen format(s); each file is written beside its place and
+    renamed, so a write cut short never leaves half a table in place of the previous one."""
+    from lengthx.core.store import write_atomic
+
     if fmt in ("latex", "both"):
-        (out / f"{stem}.tex").write_text(latex)
+        write_atomic(out / f"{stem}.tex", latex.encode("utf-8"))
     if fmt in ("markdown", "both"):
-        (out / f"{stem}.md").write_text(markdown)
+        write_atomic(out / f"{stem}.md", markdown.encode("utf-8"))
     print(markdown if fmt != "latex" else latex)
     ext = {"latex": "tex", "markdown": "md", "both": "{tex,md}"}[fmt]
     print(f"wrote {out / stem}.{ext}\n")

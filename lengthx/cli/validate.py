@@ -1,10 +1,14 @@
 """A run's config, checked before any model loads (docs/results.md, "Validation").
 
-One pydantic schema per ``conf/`` section states what a value must be (τ finite and above 0, counts of at
-least 1, settings whole lengths of at most :data:`MAX_SETTING`); :func:`validate_run_config` applies it to a
-composed config and then checks the environment the run needs (the task's data — in the paper profile its
-real data set, never a generated stand-in —, ``results_dir`` a writable directory whose ``results.csv``
-parses, ``model.path`` a complete checkpoint). The first problem is raised as one
+One pydantic schema per ``conf/`` section states what a value must be (τ finite and above 0, ``method=fixed``
+with a τ, counts of at least 1 and at most :data:`MAX_EXAMPLES`, lengths whole numbers of at most
+:data:`MAX_SETTING` — ``model.l_tr`` at most :data:`MAX_L_TR` —, a known dtype, device and scope); then what
+applies to the whole run: the settings it resolves to (``task.only`` naming some of them, ``task.unit`` one the
+task has, every length within bounds). :func:`validate_run_config` applies all of it to a composed config (every
+job of a ``-m`` sweep is checked before the first runs) and then checks the environment the run needs (the
+task's data — in the paper profile its real data set, never a generated stand-in —, the device, ``results_dir``
+a writable directory whose ``results.csv`` parses, ``model.path`` a checkpoint of the configured family whose
+shapes and vocabulary fit its config and that runs no code of its own). The first problem is raised as one
 :class:`ConfigError` line naming the key and the fix. Sections allow keys the schema does not name: each task
 has its own (``conf/task/*.yaml``), and an unknown key is already refused when the config is composed
 (:func:`compose_checked` adds "did you mean").
@@ -18,24 +22,44 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from lengthx.errors import UserError, one_line
 
 MAX_SETTING = 10_000_000  # the longest setting accepted, in task.unit (10M tokens is far past any model here)
+MAX_L_TR = 1_000_000  # the longest training length accepted (model.l_tr, task.l_t), in tokens
+MAX_EXAMPLES = 100_000  # the most examples (or calibration examples) per setting accepted
+MAX_BATCH = 4096  # the most examples per batch accepted
+MAX_FACTOR = 64  # the largest multiple of L_t accepted (task.factors, task.text_factor, task.attention_factor)
+DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")  # lengthx.models.loading.resolve_dtype
+DEVICE = r"auto|cpu|mps|cuda(:\d+)?"
 
 
 class ConfigError(UserError, ValueError):
     """A config value that cannot run; the message names the key and the fix."""
 
 
-Count = Annotated[int, Field(ge=1)]
+def _not_bool(value: Any) -> Any:
+    """YAML and Hydra read ``true`` as a bool, which pydantic would take for the number 1."""
+    if isinstance(value, bool):
+        raise ValueError(f"{str(value).lower()} is a yes/no value, not a number")
+    return value
 
 
-Length = Annotated[int, Field(ge=1, le=MAX_SETTING)]
+Number = BeforeValidator(_not_bool)
+Count = Annotated[int, Number, Field(ge=1, le=MAX_EXAMPLES)]
 
 
-Temperature = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Length = Annotated[int, Number, Field(ge=1, le=MAX_SETTING)]
+
+
+TrainingLength = Annotated[int, Number, Field(ge=1, le=MAX_L_TR)]
+
+
+Factor = Annotated[float, Number, Field(gt=0, le=MAX_FACTOR, allow_inf_nan=False)]
+
+
+Temperature = Annotated[float, Number, Field(gt=0, allow_inf_nan=False)]
 
 
 class _Section(BaseModel):
@@ -45,24 +69,40 @@ class _Section(BaseModel):
 class ModelSection(_Section):
     name: str
     family: str
-    l_tr: Count
+    l_tr: TrainingLength
     path: str | None = None
+    trust_remote_code: bool = False
 
 
 class MethodSection(_Section):
     name: str
     tau: Temperature | None = None
+    scope: Literal["encoder", "all"] | None = None
     search: Literal["grid", "bisect"] | None = None
     per_layer: bool = False
+
+    @model_validator(mode="after")
+    def _fixed_has_tau(self) -> MethodSection:
+        if self.name == "fixed" and self.tau is None:
+            raise ValueError("method=fixed needs its temperature")
+        return self
 
 
 class TaskSection(_Section):
     name: str
     num_examples: Count | None = None
+    paper_num_examples: Count | None = None
     settings: Annotated[list[Length], Field(min_length=1)] | None = None
-    only: list[str | int] | None = None  # setting labels; Hydra reads task.only=[5,25] as numbers
-    seed: int = 0
-    max_new_tokens: Annotated[int, Field(ge=0)] | None = None
+    only: Annotated[list[str | int], Field(min_length=1)] | None = None  # labels; Hydra reads [5,25] as numbers
+    unit: str | None = None
+    seed: Annotated[int, Number] = 0
+    max_new_tokens: Annotated[int, Number, Field(ge=0, le=MAX_SETTING)] | None = None
+    l_t: TrainingLength | None = None
+    factors: Annotated[list[Factor], Field(min_length=1)] | None = None
+    text_factor: Factor | None = None
+    attention_medians: Annotated[int, Number, Field(ge=0, le=MAX_EXAMPLES)] | None = None
+    attention_factor: Factor | None = None
+    generated_records: Count | None = None
 
 
 class ProfileSection(_Section):
@@ -73,7 +113,7 @@ class ProfileSection(_Section):
 
 class CalibrationSection(_Section):
     num_examples: Count
-    row_stride: Count = 1
+    row_stride: Annotated[int, Number, Field(ge=1, le=MAX_SETTING)] = 1
 
 
 class RunConfig(_Section):
@@ -85,23 +125,42 @@ class RunConfig(_Section):
     profile: ProfileSection
     calibration: CalibrationSection
     results_dir: str
-    batch_size: Count = 1
-    batch_tokens: Count | None = None
+    dtype: Literal[DTYPES] = "auto"  # type: ignore[valid-type]
+    device: Annotated[str, Field(pattern=f"^({DEVICE})$")] = "auto"
+    batch_size: Annotated[int, Number, Field(ge=1, le=MAX_BATCH)] = 1
+    batch_tokens: Annotated[int, Number, Field(ge=1, le=MAX_SETTING)] | None = None
 
 
+COUNT = f"from 1 to {MAX_EXAMPLES:,} (lengthx.cli.validate.MAX_EXAMPLES)"
 FIXES = {
     "method.tau": "a finite temperature above 0, e.g. method.tau=0.8",
-    "task.num_examples": "a count of at least 1, e.g. task.num_examples=10 (null: the profile's count)",
+    "method": "method=fixed method.tau=0.8 (method=fixed applies the τ you give; there is no default)",
+    "method.scope": "method.scope=encoder (paper A: T5 encoder self-attention) or method.scope=all",
+    "task.num_examples": f"a count {COUNT}, e.g. task.num_examples=10 (null: the profile's count)",
+    "task.paper_num_examples": f"a count {COUNT}, e.g. task.paper_num_examples=50",
     "task.settings": (f"a non-empty list of whole lengths in task.unit, each from 1 to {MAX_SETTING:,} "
                       "(lengthx.cli.validate.MAX_SETTING), e.g. task.settings=[1000,2000] (null: the task's own settings)"),
-    "task.max_new_tokens": "a number of tokens of at least 0, e.g. task.max_new_tokens=10",
-    "model.l_tr": "the model's training length in tokens, e.g. model.l_tr=512",
-    "profile.num_examples": "a count of at least 1, e.g. profile.num_examples=10",
-    "calibration.num_examples": "a count of at least 1, e.g. calibration.num_examples=2",
+    "task.only": "a non-empty list of the task's setting labels, e.g. task.only=[20k,30k] (null: every setting)",
+    "task.seed": "a whole number, e.g. task.seed=0",
+    "task.max_new_tokens": f"a number of tokens from 0 to {MAX_SETTING:,}, e.g. task.max_new_tokens=10",
+    "task.l_t": f"the training length in tokens, from 1 to {MAX_L_TR:,}, e.g. task.l_t=1024 (null: model.l_tr)",
+    "task.factors": f"a non-empty list of multiples of L_t above 0 and at most {MAX_FACTOR}, e.g. task.factors=[1,2,4]",
+    "task.text_factor": f"a multiple of L_t above 0 and at most {MAX_FACTOR}, e.g. task.text_factor=5",
+    "task.attention_factor": f"a multiple of L_t above 0 and at most {MAX_FACTOR}, e.g. task.attention_factor=4",
+    "task.attention_medians": f"a count from 0 to {MAX_EXAMPLES:,}, e.g. task.attention_medians=4",
+    "task.generated_records": f"a count {COUNT}, e.g. task.generated_records=500",
+    "model.l_tr": f"the model's training length in tokens, from 1 to {MAX_L_TR:,} (lengthx.cli.validate.MAX_L_TR), "
+                  "e.g. model.l_tr=512",
+    "model.trust_remote_code": "true or false",
+    "profile.num_examples": f"a count {COUNT}, e.g. profile.num_examples=10",
+    "profile.calibration_examples": f"a count {COUNT}, e.g. profile.calibration_examples=2",
+    "calibration.num_examples": f"a count {COUNT}, e.g. calibration.num_examples=2",
     "calibration.row_stride": "1 (every query row) or more, e.g. calibration.row_stride=8",
-    "batch_size": "a count of at least 1, e.g. batch_size=4",
+    "batch_size": f"a count from 1 to {MAX_BATCH}, e.g. batch_size=4",
     "batch_tokens": "a number of prompt tokens of at least 1, e.g. batch_tokens=8192 (null: no limit)",
     "method.search": "method.search=grid (the paper) or method.search=bisect",
+    "dtype": f"one of {', '.join(DTYPES)}, e.g. dtype=auto (bf16 on GPU, fp32 on CPU)",
+    "device": "auto, cpu, mps, cuda or cuda:N, e.g. device=auto",
 }
 
 
@@ -116,9 +175,15 @@ def _first_error(err: ValidationError, prefix: tuple[Any, ...] = ()) -> str:
     first = err.errors()[0]
     key = _key((*prefix, *first["loc"]))
     value = first.get("input")
-    shown = "[]" if value == [] else ("null" if value is None else str(value))
     reason = first["msg"][0].lower() + first["msg"][1:]
+    reason = reason.removeprefix("value error, ")
+    if key == "method" and isinstance(value, dict):  # a check of the whole section (method=fixed needs method.tau)
+        key, value = "method.tau", value.get("tau")
+    shown = "[]" if value == [] else ("null" if value is None else str(value).lower() if isinstance(value, bool)
+                                      else str(value))
     fix = FIXES.get(re.sub(r"\[\d+\]", "", key), "see the key's comment in lengthx/conf/")
+    if key == "method.tau" and value is None:
+        fix = FIXES["method"]
     return f"{key}={shown}: {reason}. Fix: {fix}"
 
 
@@ -135,21 +200,70 @@ def validate_run_config(cfg: DictConfig, environment: bool = True, checked: set[
         RunConfig.model_validate(data)
     except ValidationError as err:
         raise ConfigError(_first_error(err)) from None
+    check_settings(cfg)
     if not environment:
         return
     from lengthx.core.store import ResultsStore  # the places a run uses: imported only once the values hold
-    from lengthx.models.loading import check_checkpoint_dir
+    from lengthx.models.loading import check_model_dir
 
     checked = set() if checked is None else checked
     check_task_data(cfg)
+    check_device(str(cfg.device))
     path = cfg.model.get("path")
     if path and str(path) not in checked:
-        check_checkpoint_dir(str(path), str(cfg.model.name))
+        check_model_dir(cfg.model)
         checked.add(str(path))
     results_dir = str(cfg.results_dir)
     if results_dir not in checked:
         ResultsStore(Path(results_dir)).check()
         checked.add(results_dir)
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """Raise :class:`ConfigError` when the settings the run resolves to cannot run: ``task.unit`` not one of the
+    task's units, ``task.only`` naming a label the task does not have, or a length past :data:`MAX_SETTING` (the
+    mini profile scales the papers' lengths with ``model.l_tr``)."""
+    from lengthx.tasks import TASKS, resolve_settings
+
+    task = TASKS.get(str(cfg.task.name))
+    units = getattr(task, "units", None)
+    unit = cfg.task.get("unit")
+    if units and unit is not None and str(unit) not in units:
+        raise ConfigError(f"task.unit={unit}: task {cfg.task.name} has no such unit. Fix: one of {', '.join(units)}, "
+                          f"e.g. task.unit={units[-1]} (the unit of explicit task.settings)")
+    if str(cfg.task.name) == "segmented_ppl":
+        from lengthx.tasks.segmented_ppl import resolve_settings as ppl_settings
+
+        settings = ppl_settings(cfg.task, int(cfg.task.get("l_t") or cfg.model.l_tr))
+        scale = "task.factors × L_t"
+    else:
+        try:
+            settings = resolve_settings(cfg.task, str(cfg.profile.name), int(cfg.model.l_tr))
+        except ValueError as err:
+            raise ConfigError(f"{err}. Fix: name some of those labels, e.g. task.only=[…], or drop task.only") \
+                from None
+        scale = "the mini profile scales the paper's lengths by model.l_tr" if not cfg.task.get("settings") \
+            and str(cfg.profile.name) == "mini" else "task.settings"
+    for s in settings:
+        if not 1 <= s.value <= MAX_SETTING:
+            raise ConfigError(f"setting {s.label} is {s.value:,} {s.unit} ({scale}, model.l_tr={cfg.model.l_tr}), "
+                              f"outside 1 to {MAX_SETTING:,} (lengthx.cli.validate.MAX_SETTING). Fix: a smaller "
+                              "model.l_tr or task.settings")
+
+
+def check_device(device: str) -> None:
+    """Raise :class:`ConfigError` when ``device`` is not on this machine (``device=cuda`` without a GPU)."""
+    import torch
+
+    kind = device.split(":")[0]
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device={device}: no CUDA device is visible on this machine. Fix: device=cpu, or "
+                          "device=auto (cuda > mps > cpu)")
+    if kind == "cuda" and ":" in device and int(device.split(":")[1]) >= torch.cuda.device_count():
+        raise ConfigError(f"device={device}: this machine has {torch.cuda.device_count()} CUDA device(s). Fix: "
+                          "device=cuda:0, or device=auto")
+    if kind == "mps" and not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):
+        raise ConfigError(f"device={device}: no Apple GPU (mps) is available. Fix: device=cpu or device=auto")
 
 
 def check_task_data(cfg: DictConfig) -> None:

@@ -1,10 +1,15 @@
 """Cells, the unit of every result (docs/design.md §1, §7): (model, method, task, setting), and the hash
-that says whether a stored cell is this one (config and weights).
+that says whether a stored cell is this one: config, checkpoint and task behaviour.
 
 A hash holds what decides a cell's numbers and nothing about where they were computed: the model enters by
 its config without ``path`` (and without the prose that only labels it), its checkpoint by content
-(:func:`lengthx.models.loading.model_fingerprint`). A clone of the repository at any path, or an install,
-finds the committed cells done.
+(:func:`lengthx.models.loading.model_fingerprint`: every byte of the weights, the tokenizer, the config), and
+the task by what its code does at the cell's setting (:func:`task_behaviour`: a few seeded prompts and the
+scorer on fixed answers), so a changed prompt or scorer invalidates exactly the cells it changes. A clone of
+the repository at any path, or an install, finds the committed cells done.
+
+The number of examples is not part of a cell: examples are the first n of one seeded sequence, so a cell
+finished with 10 examples is done for a request of 4, and a request of 10 after 4 computes the other 6.
 """
 
 from __future__ import annotations
@@ -63,9 +68,11 @@ def method_id(method_cfg: Any) -> str:
 # model keys that say where a checkpoint lies or how the model is labelled, not what it computes: the checkpoint
 # itself enters a cell's hash by content (model_fingerprint)
 MODEL_UNHASHED_KEYS = ("path", "description", "display", "paper_role", "paper_b_role", "trained_by",
-                       "params")  # params: descriptive (paper A Table 2, paper B Table 1)
-# task keys that pick settings (a cell is one setting) or describe the task
-TASK_UNHASHED_KEYS = ("settings", "only", "description")
+                       "params",  # params: descriptive (paper A Table 2, paper B Table 1)
+                       "trust_remote_code")  # whether loading may run a directory's code: its weights are hashed
+# task keys that pick settings (a cell is one setting), count its examples (a cell grows: the first n of one seeded
+# sequence) or describe the task
+TASK_UNHASHED_KEYS = ("settings", "only", "description", "num_examples", "paper_num_examples")
 # task keys added after cells were computed whose unset value (null) is what those cells ran: a null one stays out
 # of the hash, so adding the key leaves every existing cell's hash as it was
 TASK_OPTIONAL_KEYS = ("testcases_dir",)
@@ -97,16 +104,53 @@ def config_hash(cfg: DictConfig, setting: Setting) -> str:
     return hashlib.sha256(json.dumps(portable(relevant), sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def cell_hash(cfg: DictConfig, setting: Setting, fingerprint: str | None = None) -> str:
-    """A cell's identity in results.csv and its records: :func:`config_hash` and the checkpoint it scored.
+def cell_hash(cfg: DictConfig, setting: Setting, fingerprint: str | None = None, behaviour: str | None = None) -> str:
+    """A cell's identity in results.csv and its records: :func:`config_hash`, the checkpoint it scored and what
+    the task does at ``setting``.
 
     ``fingerprint`` defaults to the content of the checkpoint at ``model.path``
-    (:func:`lengthx.models.loading.model_fingerprint`), so a checkpoint retrained at the same path starts its
-    cells afresh instead of counting its predecessor's as done, and the same checkpoint at another path counts
-    them done."""
+    (:func:`lengthx.models.loading.model_fingerprint`), so a checkpoint retrained or patched at the same path
+    starts its cells afresh instead of counting its predecessor's as done, and the same checkpoint at another
+    path counts them done. ``behaviour`` defaults to :func:`task_behaviour` with the model's tokenizer."""
     if fingerprint is None:
         fingerprint = model_fingerprint(cfg.model.get("path"))
-    return hashlib.sha256(f"{config_hash(cfg, setting)}|{fingerprint}".encode()).hexdigest()[:12]
+    if behaviour is None:
+        from lengthx.models.loading import load_tokenizer
+        from lengthx.tasks import build_task
+
+        task = build_task(cfg.task, str(cfg.profile.name), int(cfg.model.l_tr))
+        behaviour = task_behaviour(task, setting, load_tokenizer(cfg.model), int(cfg.task.get("seed") or 0))
+    return hashlib.sha256(f"{config_hash(cfg, setting)}|{fingerprint}|{behaviour}".encode()).hexdigest()[:12]
+
+
+# how many seeded examples stand for a task's prompts in its behaviour fingerprint
+BEHAVIOUR_EXAMPLES = 2
+
+
+def fixed_answers(target: Any) -> list[str]:
+    """The outputs a task's scorer is tried on (:func:`task_behaviour`): the target as it is, inside a
+    sentence, twice, on a second line, and wrong ones."""
+    first = target[0] if isinstance(target, list | tuple) and target else target
+    text = str(first)
+    return [text, f"The answer is {text}.", f"{text} {text}", f"\n{text}", "", "0", "lengthx", f"{text}x"]
+
+
+def task_behaviour(task: Any, setting: Setting, tokenizer: Any, seed: int) -> str:
+    """What a task does at ``setting``, as a hash: the id, prompt, target, lengths and metadata of its first
+    :data:`BEHAVIOUR_EXAMPLES` seeded examples, what it names as their data, and its scorer's output on
+    :func:`fixed_answers` of each (likelihood tasks score with the model: their prompts and targets stand for
+    them). A change to a prompt, the data or a scorer changes the hash of exactly the cells it affects."""
+    h = hashlib.sha256(type(task).__name__.encode())
+    source = getattr(task, "data_source", None)
+    h.update(f"|data:{source(setting) if source is not None else ''}".encode())
+    examples = task.examples(setting, tokenizer, BEHAVIOUR_EXAMPLES, seed)
+    generation = getattr(task, "scoring", "generation") == "generation" and hasattr(task, "score")
+    for e in examples:
+        h.update(json.dumps([e.id, e.prompt_hash, e.target, e.requested_tokens, e.actual_tokens, e.meta],
+                            sort_keys=True, default=str).encode())
+        if generation:
+            h.update(json.dumps([task.score(out, e) for out in fixed_answers(e.target)], sort_keys=True).encode())
+    return h.hexdigest()[:12]
 
 
 def experiment_skip_reason(cfg: DictConfig) -> str | None:

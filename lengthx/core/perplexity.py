@@ -19,6 +19,7 @@ hashes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -35,12 +36,12 @@ from lengthx.alignment.propositions import RULE_METHODS, rule_temperature
 from lengthx.attention.scaling import RowScale
 from lengthx.attention.temperature import clear_temperature, set_temperature
 from lengthx.config import CONF_DIR, choices
-from lengthx.core.cells import Cell, cell_hash, method_id
+from lengthx.core.cells import BEHAVIOUR_EXAMPLES, Cell, cell_hash, method_id
 from lengthx.core.runner import calibration_file
-from lengthx.core.store import ResultsStore, read_json, write_json
+from lengthx.core.store import ResultsStore, read_json, temperature_problem, write_json
 from lengthx.core.sweep import row_fields, sweep
 from lengthx.data.corpora import corpus_label
-from lengthx.models.loading import load_model
+from lengthx.models.loading import DIGESTS, load_model, load_tokenizer
 from lengthx.segmented import plan as segmented_plan
 from lengthx.segmented.lengths import LengthState, attention_histogram
 from lengthx.segmented.models import check_family
@@ -174,12 +175,14 @@ def score_cell(
     """
     note = lengths.set_length(loaded.model, setting.value)
     seqs = task.sequences(loaded.tokenizer, setting.value, n)
-    done = store.load_records(cell_key)
+    index = {sid: i for i, (sid, _) in enumerate(seqs)}  # each sequence's place in the fixed order
+    done = store.load_records(cell_key, repair=True)
     results: dict[str, tuple[float, int]] = {}
     todo = []
     for sid, ids in seqs:
         rec = done.get(sid)
-        if rec is not None and rec.get("prompt_hash") == _token_hash(ids) and rec.get("config_hash") == chash:
+        if (rec is not None and rec.get("prompt_hash") == _token_hash(ids) and rec.get("config_hash") == chash
+                and {"nll", "tokens"} <= set(rec["scores"])):
             results[sid] = (float(rec["scores"]["nll"]), int(rec["scores"]["tokens"]))
         else:
             todo.append((sid, ids))
@@ -189,11 +192,15 @@ def score_cell(
         ids = torch.stack([t for _, t in chunk]).to(loaded.device)
         nll, cnt = sequence_nll(loaded.model, ids)
         for (sid, row), s, c in zip(chunk, nll.tolist(), cnt.tolist(), strict=True):
+            if not math.isfinite(s) or c <= 0:
+                raise ValueError(f"{cell_key}: sequence {sid} scored nll={s} over {c} tokens, not a finite "
+                                 "perplexity; nothing of this cell is recorded as ok")
             results[sid] = (s, int(c))
             store.append_record(
                 cell_key,
                 {
                     "id": sid,
+                    "index": index[sid],
                     "prompt_hash": _token_hash(row),
                     "config_hash": chash,
                     "target": None,
@@ -259,10 +266,30 @@ class PerplexityJob:
         self.task = build_task(cfg.task, profile, int(cfg.model.l_tr))
         self.l_t = int(self.task.l_t)
         self.method = cell_method(str(cfg.task.get("method_label") or method_label(cfg.model, self.l_t)), cfg.method)
+        DIGESTS.update(self.store.load_digests())  # the weights are hashed in full once per file version
         self.fingerprint = checkpoint_fingerprint(cfg.model)
+        self.store.save_digests(DIGESTS)
         n = cfg.task.get("num_examples") or cfg.profile.get("num_examples") or cfg.task.get("paper_num_examples")
         self.n = int(n) if n else None
         self.lengths: LengthState | None = None
+        self._tokenizer: Any = None
+        self._behaviour: dict[int, tuple[str, int]] = {}
+
+    def behaviour(self, setting: Setting) -> str:
+        """What the task scores at ``setting``, as a hash: the token ids of its first sequences
+        (:func:`lengthx.core.cells.task_behaviour`'s counterpart for whole-sequence perplexity)."""
+        return self._sequences(setting)[0]
+
+    def _sequences(self, setting: Setting) -> tuple[str, int]:
+        """(:meth:`behaviour`, how many sequences this run scores) at ``setting``."""
+        if setting.value not in self._behaviour:
+            if self._tokenizer is None:
+                self._tokenizer = self.loaded.tokenizer if self.loaded is not None else load_tokenizer(self.cfg.model)
+            seqs = self.task.sequences(self._tokenizer, setting.value, BEHAVIOUR_EXAMPLES)
+            blob = json.dumps([[sid, _token_hash(ids)] for sid, ids in seqs])
+            count = len(self.task.sequences(self._tokenizer, setting.value, self.n))
+            self._behaviour[setting.value] = (hashlib.sha256(blob.encode()).hexdigest()[:12], count)
+        return self._behaviour[setting.value]
 
     def model(self) -> Any:
         """The loaded model, with its own position table kept for every evaluation length."""
@@ -274,10 +301,12 @@ class PerplexityJob:
 
     def cells(self) -> list[tuple[Cell, str]]:
         return [(Cell(str(self.cfg.model.name), self.method, TASK_NAME, setting),
-                 cell_hash(self.cfg, setting, self.fingerprint)) for setting in resolve_settings(self.cfg.task, self.l_t)]
+                 cell_hash(self.cfg, setting, self.fingerprint, self.behaviour(setting)))
+                for setting in resolve_settings(self.cfg.task, self.l_t)]
 
     def is_done(self, cell: Cell, chash: str) -> bool:
-        return self.store.is_done(cell.key, chash)
+        """Finished under this hash with at least as many sequences as this run scores."""
+        return self.store.is_done(cell.key, chash, METRICS, self._sequences(cell.setting)[1])
 
     def row_fields(self, cell: Cell, chash: str, start: float) -> dict[str, Any]:
         fields = row_fields(cell, chash, start, paper=self.cfg.task.get("paper", "B"),
@@ -317,7 +346,7 @@ class PerplexityJob:
         scored; S̄_tr(1) at L_t, τ from the grid at L. Cached in ``calibration/`` under the cell's hash."""
         m, cal = self.cfg.method, self.cfg.calibration
         path = calibration_file(Path(self.cfg.results_dir), cell, m, {"cell_hash": chash})
-        cached = read_json(path, required=("tau",))
+        cached = read_json(path, required=("tau",), check=lambda obj: temperature_problem(obj["tau"]))
         if cached is not None:
             return float(cached["tau"])
         loaded, n = self.model(), int(cal.num_examples)
@@ -346,8 +375,7 @@ class PerplexityJob:
                      self.cfg.method.name)
             return
         hist_file = Path(self.cfg.results_dir) / "attention" / f"{self.cfg.model.name}__{self.method}.json"
-        if k <= 0 or (hist_file.is_file()
-                      and json.loads(hist_file.read_text()).get("fingerprint") == self.fingerprint):
+        if k <= 0 or ((read_json(hist_file) or {}).get("fingerprint") == self.fingerprint):
             return
         loaded = self.model()
         factor = float(self.cfg.task.get("attention_factor") or 4)

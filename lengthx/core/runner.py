@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -22,21 +23,27 @@ from lengthx.alignment.algorithm1 import CalibrationOptions, calibrate, calibrat
 from lengthx.alignment.propositions import RULE_METHODS, closed_form_temperature, rule_temperature
 from lengthx.attention.scaling import ROW_RULES, RowScale
 from lengthx.attention.temperature import clear_temperature, set_temperature
-from lengthx.core.cells import RUNNABLE_METHODS, Cell, cell_hash, method_id, model_identity
+from lengthx.core.cells import RUNNABLE_METHODS, Cell, cell_hash, method_id, model_identity, task_behaviour
 from lengthx.core.store import (
     ResultsStore,
     read_json,
     safe_name,
+    temperature_problem,
     write_json,
 )
 from lengthx.core.sweep import row_fields, sweep
 from lengthx.models.families import get_family
 from lengthx.models.generation import chat_prompt, encode, generate
-from lengthx.models.loading import LoadedModel, load_model, model_fingerprint
+from lengthx.models.loading import DIGESTS, LoadedModel, load_model, load_tokenizer, model_fingerprint
 from lengthx.tasks import Example, Setting, build_task, resolve_settings
 from lengthx.tasks.base import CALIBRATION_RESERVE, truncated_example
 
 log = logging.getLogger("lengthx")
+
+# the range a cached τ must lie in: Algorithm 1 searches the grid 1.0 … 0.5 (paper A §4); the closed forms of
+# Propositions 1-2 may exceed 1, never by this much
+ALIGNED_TAU_RANGE = (0.0, 1.0)
+CLOSED_FORM_TAU_RANGE = (0.0, 10.0)
 
 
 def calibration_file(results_dir: Path, cell: Cell, method_cfg: Any, key: dict[str, Any]) -> Path:
@@ -63,7 +70,11 @@ class Runner:
                              "decoders: Qwen's logn, SSMax); in T5's encoder every row sees all L_ex keys and "
                              "both reduce to the log rule: use method=log")
         self._loaded = loaded
+        DIGESTS.update(self.store.load_digests())  # the weights are hashed in full once per file version
         self.weights = model_fingerprint(cfg.model.get("path"))  # part of every cell's and τ cache's key
+        self.store.save_digests(DIGESTS)
+        self._tokenizer: Any = None
+        self._behaviour: dict[tuple[str, int, str], str] = {}
         self._evaluation: tuple[tuple[str, int, str], list[Example]] | None = None  # the last setting's examples
 
     @property
@@ -72,6 +83,34 @@ class Runner:
             self._loaded = load_model(self.cfg.model, device=self.cfg.device, dtype=self.cfg.dtype,
                                       attention=self.cfg.get("attention"))
         return self._loaded
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's tokenizer: the loaded model's, or loaded alone (examples need no weights)."""
+        if self._loaded is not None:
+            return self._loaded.tokenizer
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.cfg.model)
+        return self._tokenizer
+
+    @tokenizer.setter
+    def tokenizer(self, tokenizer: Any) -> None:
+        """Use ``tokenizer`` (the model's own, loaded elsewhere) until the model is loaded."""
+        self._tokenizer = tokenizer
+
+    def behaviour(self, setting: Setting) -> str:
+        """The task's behaviour at ``setting`` (:func:`lengthx.core.cells.task_behaviour`), once per setting."""
+        key = (setting.label, setting.value, setting.unit)
+        if key not in self._behaviour:
+            try:
+                self._behaviour[key] = task_behaviour(self.task, setting, self.tokenizer, int(self.cfg.task.seed))
+            except (ValueError, OSError) as err:  # the setting cannot be built: its cell fails alone, as an error row
+                self._behaviour[key] = f"cannot build: {type(err).__name__}: {err}"
+        return self._behaviour[key]
+
+    def cell_hash(self, setting: Setting) -> str:
+        """The hash of this run's cell at ``setting`` (:func:`lengthx.core.cells.cell_hash`)."""
+        return cell_hash(self.cfg, setting, self.weights, self.behaviour(setting))
 
     def settings(self) -> list[Setting]:
         return resolve_settings(self.cfg.task, self.cfg.profile.name, int(self.cfg.model.l_tr))
@@ -95,7 +134,7 @@ class Runner:
         kept = 0
         for setting in settings:
             key = Cell(self.cfg.model.name, method_id(self.method), self.task.name, setting).key
-            chash = cell_hash(self.cfg, setting, self.weights)
+            chash = self.cell_hash(setting)
             kept += min(n, sum(r.get("config_hash") == chash for r in self.store.load_records(key).values()))
         return kept, n * len(settings)
 
@@ -109,11 +148,12 @@ class Runner:
         return self.task.metrics[0]
 
     def cells(self) -> list[tuple[Cell, str]]:
-        return [(Cell(self.cfg.model.name, method_id(self.method), self.task.name, setting),
-                 cell_hash(self.cfg, setting, self.weights)) for setting in self.settings()]
+        return [(Cell(self.cfg.model.name, method_id(self.method), self.task.name, setting), self.cell_hash(setting))
+                for setting in self.settings()]
 
     def is_done(self, cell: Cell, chash: str) -> bool:
-        return self.store.is_done(cell.key, chash, self.cell_metrics)
+        """Finished under this hash with at least this run's number of examples."""
+        return self.store.is_done(cell.key, chash, self.cell_metrics, self.num_examples())
 
     def compute(self, cell: Cell, chash: str, start: float) -> list[dict[str, Any]]:
         return self.run_cell(cell, chash)
@@ -138,7 +178,7 @@ class Runner:
     def examples(self, setting: Setting, seed_offset: int = 0, n: int | None = None) -> list[Example]:
         if n is None:
             n = self.num_examples()
-        return self.task.examples(setting, self.loaded.tokenizer, int(n), int(self.cfg.task.seed) + seed_offset)
+        return self.task.examples(setting, self.tokenizer, int(n), int(self.cfg.task.seed) + seed_offset)
 
     def evaluation_examples(self, setting: Setting) -> list[Example]:
         """The setting's evaluation examples (the last setting's are kept: calibration reads them too). A task
@@ -147,7 +187,7 @@ class Runner:
         key = (setting.label, setting.value, setting.unit)
         if self._evaluation is None or self._evaluation[0] != key:
             extra = {"reserve": CALIBRATION_RESERVE} if getattr(self.task, "calibration_item", None) else {}
-            examples = self.task.examples(setting, self.loaded.tokenizer, self.num_examples(),
+            examples = self.task.examples(setting, self.tokenizer, self.num_examples(),
                                           int(self.cfg.task.seed), **extra)
             self._evaluation = (key, examples)
         return self._evaluation[1]
@@ -161,14 +201,14 @@ class Runner:
         item = getattr(self.task, "calibration_item", None)
         if item:
             used = {e.meta[item] for e in evaluation}
-            examples = self.task.examples(setting, self.loaded.tokenizer, n, seed, exclude=used)
+            examples = self.task.examples(setting, self.tokenizer, n, seed, exclude=used)
             if len(examples) < n:
                 raise ValueError(
                     f"{self.task.name} {setting.label}: Algorithm 1 needs {n} calibration examples that are not "
                     f"evaluation examples, but only {len(examples)} of the data's items are left outside the "
                     f"{len(evaluation)} evaluated. Fix: lower calibration.num_examples or task.num_examples")
         else:
-            examples = self.task.examples(setting, self.loaded.tokenizer, n, seed)
+            examples = self.task.examples(setting, self.tokenizer, n, seed)
         shared = {e.prompt_hash for e in examples} & {e.prompt_hash for e in evaluation}
         if shared:
             raise ValueError(f"{self.task.name} {setting.label}: {len(shared)} calibration example(s) are also "
@@ -194,8 +234,14 @@ class Runner:
         return self.aligned_temperature_with_source(cell)[0]
 
     def calibration_path(self, cell: Cell) -> tuple[Path, dict[str, Any]]:
-        """Cache file of Algorithm 1 for this cell, and the key it is stored under: like a cell's hash, the
-        model by its config and checkpoint content, never by where it lies (:mod:`lengthx.core.cells`)."""
+        """Cache file of Algorithm 1 for this cell, and the key it is stored under (:meth:`calibration_key`)."""
+        key = self.calibration_key(cell)
+        return calibration_file(Path(self.cfg.results_dir), cell, self.method, key), key
+
+    def calibration_key(self, cell: Cell, behaviour: bool = True) -> dict[str, Any]:
+        """What Algorithm 1's τ for this cell depends on: like a cell's hash, the model by its config and
+        checkpoint content, never by where it lies, and (``behaviour``) the task by its behaviour at the setting
+        (:mod:`lengthx.core.cells`: calibration examples are the task's prompts)."""
         m = self.method
         key = {"model": model_identity(self.cfg.model), "task": cell.task,
                "setting": [cell.setting.label, cell.setting.value, cell.setting.unit], "mode": m.name,
@@ -203,11 +249,13 @@ class Runner:
                "n": int(self.cfg.calibration.num_examples), "seed": int(self.cfg.task.seed),
                "row_stride": int(self.cfg.calibration.get("row_stride", 1)),
                "weights": self.weights}
+        if behaviour:
+            key["task_behaviour"] = self.behaviour(cell.setting)
         if getattr(self.task, "calibration_item", None):  # its calibration items depend on the evaluation's
             key["disjoint_from_evaluation"] = {"n": self.num_examples(), "reserve": CALIBRATION_RESERVE}
         if self.cfg.task.get("prompt_version") is not None:  # an older prompt's τ is recomputed
             key["prompt_version"] = self.cfg.task.prompt_version
-        return calibration_file(Path(self.cfg.results_dir), cell, m, key), key
+        return key
 
     def calibration_options(self) -> CalibrationOptions:
         """Algorithm 1's mode, scope and search (config ``method``) and row stride (``calibration``)."""
@@ -218,7 +266,9 @@ class Runner:
         """(τ, cache file, whether it came from the cache) of Algorithm 1 for this cell."""
         m = self.method
         path, key = self.calibration_path(cell)
-        cached = read_json(path, required=("tau",))  # a damaged cache is set aside and recomputed
+        low, high = CLOSED_FORM_TAU_RANGE if m.name in ("prop1", "prop2") else ALIGNED_TAU_RANGE
+        # a damaged cache (not JSON, no τ, a τ out of range) is set aside and recomputed
+        cached = read_json(path, required=("tau",), check=lambda obj: temperature_problem(obj["tau"], low, high))
         if cached is not None:
             return cached["tau"], path, True
         n, cal = int(self.cfg.calibration.num_examples), self.cfg.calibration
@@ -243,6 +293,9 @@ class Runner:
             info = {"target": result.target, "evaluated": {str(k): v for k, v in result.evaluated.items()},
                     "forward_passes": result.forward_passes}
         info["L_ex"] = sum(e.actual_tokens for e in extra_ex) / len(extra_ex)
+        problem = temperature_problem(tau, low, high)
+        if problem is not None:
+            raise ValueError(f"{cell.key}: {m.name} computed τ that {problem.removeprefix('has ')}; nothing cached")
         write_json(path, {**key, "tau": tau, **info})
         log.info("%s: τ=%s (%d forward passes)", cell.key, tau, info["forward_passes"])
         return tau, path, False
@@ -252,7 +305,7 @@ class Runner:
         a model with a ``chat_template`` sees each prompt wrapped in it."""
         examples = self.evaluation_examples(setting)
         if self.method.name == "truncation":
-            examples = [truncated_example(e, self.loaded.tokenizer, self.loaded.l_tr) for e in examples]
+            examples = [truncated_example(e, self.tokenizer, int(self.cfg.model.l_tr)) for e in examples]
         return self.chat_examples(examples)
 
     def chat_examples(self, examples: list[Example]) -> list[Example]:
@@ -267,7 +320,7 @@ class Runner:
         out = []
         for e in examples:
             prompt = chat_prompt(str(template), e.prompt, self.cfg.model.name)
-            out.append(Example(e.id, prompt, e.target, e.requested_tokens, count_tokens(self.loaded.tokenizer, prompt),
+            out.append(Example(e.id, prompt, e.target, e.requested_tokens, count_tokens(self.tokenizer, prompt),
                                {**e.meta, "chat_template": str(template), "task_prompt_tokens": e.actual_tokens}))
         return out
 
@@ -306,10 +359,12 @@ class Runner:
         bar = tqdm(total=len(examples), desc=cell.key, unit="ex", leave=False)
         try:
             todo = []
+            index = {ex.id: i for i, ex in enumerate(examples)}  # each example's place in the seeded sequence
             for ex in examples:
                 rec = done.get(ex.id)
                 if (rec is not None and rec.get("prompt_hash") == ex.prompt_hash and rec.get("tau") == tau_record
-                        and rec.get("config_hash") == chash):  # same prompt, τ and cell configuration
+                        and rec.get("config_hash") == chash  # same prompt, τ and cell configuration
+                        and set(self.task.metrics) <= set(rec["scores"])):
                     scores.append(rec["scores"])
                     bar.update(1)
                 else:
@@ -324,10 +379,11 @@ class Runner:
                                        start_with_text=getattr(self.task, "start_with_text", False))
                     chunk_scores = [self.task.score(o, e) for o, e in zip(outputs, chunk, strict=True)]
                 for ex, output, sc in zip(chunk, outputs, chunk_scores, strict=True):
+                    check_scores(cell, ex, sc, self.task.metrics)
                     self.store.append_record(cell.key, {
-                        "id": ex.id, "prompt_hash": ex.prompt_hash, "config_hash": chash, "target": ex.target,
-                        "output": output, "scores": sc, "tau": tau_record, "requested_tokens": ex.requested_tokens,
-                        "actual_tokens": ex.actual_tokens, "meta": ex.meta})
+                        "id": ex.id, "index": index[ex.id], "prompt_hash": ex.prompt_hash, "config_hash": chash,
+                        "target": ex.target, "output": output, "scores": sc, "tau": tau_record,
+                        "requested_tokens": ex.requested_tokens, "actual_tokens": ex.actual_tokens, "meta": ex.meta})
                     scores.append(sc)
                 bar.update(len(chunk))
                 bar.set_postfix({metric0: f"{sum(s[metric0] for s in scores) / len(scores):.1f}"})
@@ -345,3 +401,13 @@ class Runner:
         if isinstance(tau, RowScale):
             mean_tau = tau.tau(round(base["L_ex"]))
         return rows + [{**base, "metric": "tau", "value": round(mean_tau, 4)}]
+
+
+def check_scores(cell: Cell, example: Example, scores: dict[str, Any], metrics: tuple[str, ...] | list[str]) -> None:
+    """Raise ValueError (the cell becomes an ``error`` row) when an example's scores lack a metric or hold a value
+    that is not a finite number: such a score is never recorded, nor averaged into an ``ok`` row."""
+    for m in metrics:
+        v = scores.get(m)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise ValueError(f"{cell.key}: example {example.id} scored {m}={v!r}, not a finite number; nothing of "
+                             "this cell is recorded as ok")

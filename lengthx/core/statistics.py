@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from lengthx.alignment.statistics import QQ_POINTS, STAT_METRICS, capture_stats, learned_bias
-from lengthx.core.cells import Cell, cell_hash
-from lengthx.core.store import make_dirs, safe_name, write_atomic
+from lengthx.core.cells import Cell
+from lengthx.core.store import make_dirs, read_json, safe_name, write_atomic
 from lengthx.core.sweep import row_fields, sweep
 from lengthx.tasks import Setting
 
@@ -47,14 +47,14 @@ class StatisticsJob:
         self.runner, cfg = runner, runner.cfg
         self.settings = [Setting("L_tr", runner.loaded.l_tr, "tokens"), *runner.settings()]
         self.side_path = Path(cfg.results_dir) / "stats" / safe_name(f"{cfg.model.name}__{runner.task.name}.json")
-        self.side = json.loads(self.side_path.read_text()) if self.side_path.exists() else {"qq": {}}
+        self.side = read_json(self.side_path, required=("qq",)) or {"qq": {}}  # a damaged one is set aside
         if runner.loaded.family.name == "t5":
             self.side["bias"] = learned_bias(runner.loaded.model, max(s.value for s in self.settings)).tolist()
 
     def cells(self) -> list[tuple[Cell, str]]:
         cfg = self.runner.cfg
-        return [(Cell(cfg.model.name, "stats", self.runner.task.name, setting),
-                 cell_hash(cfg, setting, self.runner.weights)) for setting in self.settings]
+        return [(Cell(cfg.model.name, "stats", self.runner.task.name, setting), self.runner.cell_hash(setting))
+                for setting in self.settings]
 
     def is_done(self, cell: Cell, chash: str) -> bool:
         return self.runner.store.is_done(cell.key, chash) and cell.setting.label in self.side["qq"]

@@ -4,7 +4,10 @@ A job kind (a paper-A run, dispersal statistics, perplexity) lists its cells wit
 is done, and computes one into result rows; :func:`sweep` does the rest the same way for all of them: a
 finished cell is skipped, an OOM or exception in one cell becomes a ``status`` row and the sweep goes on
 with the next setting, while a store that cannot be written or a model that cannot load stops it
-(docs/results.md). Every result row starts from :func:`row_fields`, the one place a row's columns are named.
+(docs/results.md). A cell is computed under its lock (:meth:`lengthx.core.store.ResultsStore.cell_lock`): a cell
+another process is computing is left for last, then waited for, and skipped when that process finished it.
+A row whose value is not a finite number (a NaN score) is never ``ok``: the cell becomes an ``error`` row.
+Every result row starts from :func:`row_fields`, the one place a row's columns are named.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 import torch
+from filelock import Timeout
 
 from lengthx.core.cells import Cell
-from lengthx.core.store import ResultsStore, StoreError, git_commit, now, versions
+from lengthx.core.store import ResultsStore, StoreError, git_commit, now, row_problem, versions
 from lengthx.models.loading import ModelNotAvailable
 
 log = logging.getLogger("lengthx")
@@ -69,40 +73,77 @@ def status_row(fields: dict[str, Any], metric: str, status: str, err: BaseExcept
 
 
 def sweep(store: ResultsStore, job: CellJob) -> list[dict[str, Any]]:
-    """Compute every cell of ``job`` that is not done into ``store``; one summary dict per cell
-    (``cell``, ``status`` of ok / done / oom / error, and for a computed cell its first row's ``metric``,
-    ``value``, ``tau`` and ``n``)."""
-    summary = []
+    """Compute every cell of ``job`` that is not done into ``store``; one summary dict per cell, in the job's
+    order (``cell``, ``status`` of ok / done / oom / error, and for a computed cell its first row's ``metric``,
+    ``value``, ``tau`` and ``n``). Cells another process holds are done last, after waiting for it."""
     cells = list(job.cells())
+    summary: dict[int, dict[str, Any]] = {}
+    busy: list[int] = []
     estimated = False
-    for i, (cell, chash) in enumerate(cells):
+    for k, (cell, chash) in enumerate(cells):
         if job.is_done(cell, chash):
             log.info("skip finished cell %s", cell.key)
-            summary.append({"cell": cell.key, "status": "done"})
+            summary[k] = {"cell": cell.key, "status": "done"}
             continue
         start = time.time()
-        try:
-            rows, status = job.compute(cell, chash, start), "ok"
-        except (torch.OutOfMemoryError, MemoryError) as err:
-            rows, status = [status_row(job.row_fields(cell, chash, start), job.first_metric, "oom", err)], "oom"
-        except FATAL:
-            raise
-        except Exception as err:  # one failing cell must not sink the sweep
-            log.error("cell %s failed: %s: %s (recorded as a status row; the sweep goes on)", cell.key,
-                      type(err).__name__, err)
-            rows, status = [status_row(job.row_fields(cell, chash, start), job.first_metric, "error", err)], "error"
-        store.append_rows(rows, cell.key, chash)
-        if not estimated and status == "ok":
+        outcome = _locked_cell(store, job, cell, chash, wait=False)
+        if outcome is None:
+            log.info("cell %s is being computed by another process; doing the others first", cell.key)
+            busy.append(k)
+            continue
+        summary[k] = outcome
+        if not estimated and outcome["status"] == "ok":
             estimated = True
-            left = [c for c, h in cells[i + 1:] if not job.is_done(c, h)]
+            left = [c for c, h in cells[k + 1:] if not job.is_done(c, h)]
             if left:
                 log.info(estimate(cell, time.time() - start, left))
-        first = rows[0] if rows else {}
-        summary.append({"cell": cell.key, "status": status,
-                        **{k: first[k] for k in ("metric", "value", "tau", "n") if k in first}})
-        if status != "ok" and torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    return summary
+    for k in busy:
+        cell, chash = cells[k]
+        log.info("waiting for the other process computing %s", cell.key)
+        summary[k] = _locked_cell(store, job, cell, chash, wait=True)
+    return [summary[k] for k in range(len(cells))]
+
+
+def _locked_cell(store: ResultsStore, job: CellJob, cell: Cell, chash: str, wait: bool) -> dict[str, Any] | None:
+    """One cell under its lock: None when another process holds it and ``wait`` is False; ``done`` when the
+    cell turned out finished once the lock was ours."""
+    lock = store.cell_lock(cell.key)
+    try:
+        lock.acquire(timeout=-1 if wait else 0)
+    except Timeout:
+        return None
+    try:
+        if job.is_done(cell, chash):
+            log.info("cell %s was finished by another process", cell.key)
+            return {"cell": cell.key, "status": "done"}
+        return compute_cell(store, job, cell, chash)
+    finally:
+        lock.release()
+
+
+def compute_cell(store: ResultsStore, job: CellJob, cell: Cell, chash: str) -> dict[str, Any]:
+    """Compute one cell into ``store`` (its rows, or one status row) and return its summary."""
+    start = time.time()
+    try:
+        rows, status = job.compute(cell, chash, start), "ok"
+        bad = next((why for r in rows if (why := row_problem(
+            {k: "" if v is None else str(v) for k, v in r.items()})) is not None), None)
+        if bad is not None:
+            raise ValueError(f"the cell's {next(r['metric'] for r in rows)} row {bad} (an example scored NaN or "
+                             "inf); nothing is recorded as ok")
+    except (torch.OutOfMemoryError, MemoryError) as err:
+        rows, status = [status_row(job.row_fields(cell, chash, start), job.first_metric, "oom", err)], "oom"
+    except FATAL:
+        raise
+    except Exception as err:  # one failing cell must not sink the sweep
+        log.error("cell %s failed: %s: %s (recorded as a status row; the sweep goes on)", cell.key,
+                  type(err).__name__, err)
+        rows, status = [status_row(job.row_fields(cell, chash, start), job.first_metric, "error", err)], "error"
+    store.append_rows(rows, cell.key, chash)
+    first = rows[0] if rows else {}
+    if status != "ok" and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return {"cell": cell.key, "status": status, **{k: first[k] for k in ("metric", "value", "tau", "n") if k in first}}
 
 
 def estimate(first: Cell, seconds: float, left: list[Cell]) -> str:

@@ -101,7 +101,8 @@ def load_for_training(model_cfg: Any, attn_implementation: str | None = None) ->
     check_family(family)
     attn = "eager" if family == "bloom" else (attn_implementation or "sdpa")
     path = model_cfg.get("path")
-    tokenizer = from_source(model_cfg.name, model_cfg.get("hub_id"), path, AutoTokenizer)
+    trust = bool(model_cfg.get("trust_remote_code", False))  # a directory's own code runs only when asked
+    tokenizer = from_source(model_cfg.name, model_cfg.get("hub_id"), path, AutoTokenizer, trust_remote_code=trust)
     model = from_source(
         model_cfg.name,
         model_cfg.get("hub_id"),
@@ -109,6 +110,7 @@ def load_for_training(model_cfg: Any, attn_implementation: str | None = None) ->
         AutoModelForCausalLM,
         dtype=torch.float32,
         attn_implementation=attn,
+        trust_remote_code=trust,
     )
     model.train()
     return model, tokenizer

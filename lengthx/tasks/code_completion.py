@@ -125,6 +125,7 @@ class CodeCompletionTask:
 
     name = "code_completion"
     metrics = ("exact_match", "edit_similarity")
+    units = ("bucket", "tokens")  # what task.unit may name (the unit of explicit task.settings)
     calibration_item = "source"  # meta key of an example's (file, line) or row (lengthx.tasks.base.CALIBRATION_RESERVE)
     paper_data = f"{LCC_DATASET} (Hugging Face hub, test split)"
     stand_in = {"stdlib": "the Python standard library's own source (held-out files)"}

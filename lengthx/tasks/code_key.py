@@ -198,6 +198,7 @@ class CodeKeyTask:
 
     name = "code_key"
     metrics = ("accuracy",)
+    units = ("tokens",)  # what task.unit may name (the unit of explicit task.settings)
     paper_data = f"{LCC_DATASET} code files (Hugging Face hub, test split)"
     stand_in = {"stdlib": "the Python standard library's own source files"}
 

@@ -290,6 +290,7 @@ class LinesTask:
 
     name = "lines"
     metrics = ("accuracy",)
+    units = ("lines", "tokens")  # what task.unit may name (the unit of explicit task.settings)
 
     def __init__(self, max_new_tokens: int = 100, max_lines: int = 2000, testcases_dir: str | None = None,
                  seed: int = 0):

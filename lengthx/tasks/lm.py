@@ -81,6 +81,7 @@ class LMTask:
 
     name = "lm"
     metrics = ("perplexity", "nll")
+    units = ("tokens",)  # what task.unit may name (the unit of explicit task.settings)
     paper_data = f"PG19's test books ({PG19} on the Hugging Face hub)"
     stand_in = {"stdlib": "the Python standard library's own source (held-out files)"}
     scoring = "likelihood"  # the runner calls evaluate() instead of generate() + score()

@@ -305,6 +305,7 @@ class MDQATask:
 
     name = "mdqa"
     metrics = ("accuracy",)
+    units = ("docs", "tokens")  # what task.unit may name (the unit of explicit task.settings)
     calibration_item = "record"  # meta key of an example's question (lengthx.tasks.base.CALIBRATION_RESERVE)
     paper_data = PAPER_DATA
     stand_in = {GENERATED: "a QA set generated from lengthx's templates (fictional towns)"}

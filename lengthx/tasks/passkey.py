@@ -73,6 +73,7 @@ class PasskeyTask:
 
     name = "passkey"
     metrics = ("accuracy",)
+    units = ("chars", "tokens")  # what task.unit may name (the unit of explicit task.settings)
 
     def __init__(self, max_new_tokens: int = 10):
         self.max_new_tokens = max_new_tokens

@@ -89,6 +89,7 @@ class SegmentedPPLTask:
 
     name = TASK_NAME
     metrics = METRICS
+    units = ("tokens",)  # what task.unit may name (the unit of explicit task.settings)
     max_new_tokens = 0
 
     scoring = "perplexity"  # sequences scored whole (no examples, no generation): lengthx.core.perplexity

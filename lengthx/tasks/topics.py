@@ -218,6 +218,7 @@ class TopicsTask:
 
     name = "topics"
     metrics = ("accuracy",)
+    units = ("topics", "tokens")  # what task.unit may name (the unit of explicit task.settings)
     calibration_item = "first"  # meta key of the asked (first) conversation: calibration never asks the same
     paper_data = PAPER_DATA
     stand_in = {GENERATED: "conversations generated from lengthx's templates"}  # data label → what it is

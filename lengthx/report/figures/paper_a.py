@@ -11,6 +11,7 @@ Inputs: the ``stats`` rows and side files written by ``lengthx stats`` and the `
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from lengthx.alignment.propositions import log_temperature, prop1_temperature, prop2_temperature  # noqa: E402
+from lengthx.core.store import make_dirs, write_atomic  # noqa: E402
 from lengthx.report.tables.render import latest_ok  # noqa: E402
 
 matplotlib.use("Agg")
@@ -39,11 +41,15 @@ FIXED_METADATA = {"png": {}, "pdf": {"CreationDate": None, "ModDate": None}}
 
 
 def _save(fig: plt.Figure, out: Path, name: str) -> list[Path]:
-    """Write ``fig`` as ``<name>.png`` and ``<name>.pdf`` under ``out``, deterministically (:data:`FIXED_METADATA`)."""
-    out.mkdir(parents=True, exist_ok=True)
+    """Write ``fig`` as ``<name>.png`` and ``<name>.pdf`` under ``out``, deterministically (:data:`FIXED_METADATA`),
+    each rendered in memory and then written beside its file and renamed (an interrupted write never leaves half
+    a figure in place of the previous one)."""
+    make_dirs(out)
     paths = [out / f"{name}.{fmt}" for fmt in FIXED_METADATA]
     for p in paths:
-        fig.savefig(p, dpi=150, bbox_inches="tight", metadata=FIXED_METADATA[p.suffix[1:]])
+        buf = io.BytesIO()
+        fig.savefig(buf, format=p.suffix[1:], dpi=150, bbox_inches="tight", metadata=FIXED_METADATA[p.suffix[1:]])
+        write_atomic(p, buf.getvalue())
     plt.close(fig)
     return paths
 

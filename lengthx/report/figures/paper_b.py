@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,6 +16,8 @@ import matplotlib
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+
+from lengthx.core.store import read_json  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -68,8 +69,9 @@ def _figure3_histograms(attention_dir: Path) -> tuple[dict[str, list[dict]], dic
     of them has histograms."""
     by_model: dict[str, list[dict]] = {}
     for p in sorted(attention_dir.glob("*.json")):
-        h = json.loads(p.read_text())
-        by_model.setdefault(h["model"], []).append(h)
+        h = read_json(p, required=("model", "method"))  # a damaged side file is named and set aside
+        if h is not None:
+            by_model.setdefault(h["model"], []).append(h)
     if any(m in by_model for m in FIG3_MODELS):
         by_model = {m: hs for m, hs in by_model.items() if m in FIG3_MODELS}
     baseline = {m: next((b for b in ("ootb", "pretrained") if any(h["method"] == b for h in hs)), None)

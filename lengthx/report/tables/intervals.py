@@ -16,8 +16,8 @@ interval for a cell (:func:`wilson_ci`) and Newcombe's hybrid score interval for
 proportions (:func:`newcombe_paired_ci`; Newcombe 1998, "Improved confidence intervals for the difference
 between binomial proportions based on paired data", method 10).
 
-Only records written under the row's own ``config_hash`` count, so an interval always belongs to the value
-beside it.
+Only records written under the row's own ``config_hash`` count, the first ``n`` of them (the row's count), so an
+interval always belongs to the value beside it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from statistics import NormalDist
 import numpy as np
 import pandas as pd
 
-from lengthx.core.store import ResultsStore
+from lengthx.core.store import ResultsStore, first_records
 
 LEVEL = 0.95
 
@@ -110,10 +110,14 @@ Key = tuple[str, str, str, str, str]  # (model, method, task, setting, metric)
 
 
 def cell_scores(store: ResultsStore, row: pd.Series | object, metric: str) -> dict[str, float]:
-    """Per-example ``metric`` of the cell of ``row`` (an ``ok`` results row), by example id."""
-    records = store.load_records(str(row.cell))
-    return {i: float(r["scores"][metric]) for i, r in records.items()
-            if r.get("config_hash") == row.config_hash and metric in r.get("scores", {})}
+    """Per-example ``metric`` of the cell of ``row`` (an ``ok`` results row), by example id: the first ``n`` (the
+    row's count) of the records written under the row's hash, the examples its value averages."""
+    records = {i: r for i, r in store.load_records(str(row.cell)).items()
+               if r.get("config_hash") == row.config_hash and metric in r.get("scores", {})}
+    n = getattr(row, "n", None)
+    if n is not None and pd.notna(n):
+        records = first_records(records, int(n))
+    return {i: float(r["scores"][metric]) for i, r in records.items()}
 
 
 def table_intervals(store: ResultsStore, ok: pd.DataFrame, tasks: set[str], metrics: set[str],

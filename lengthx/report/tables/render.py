@@ -37,14 +37,25 @@ def model_info() -> dict[str, dict[str, str]]:
     return out
 
 
+CELL_KEY = ["model", "method", "task", "setting", "metric"]
+
+
 def latest_ok(df: pd.DataFrame) -> pd.DataFrame:
-    """The newest ``ok`` row per (model, method, task, setting, metric)."""
+    """One ``ok`` row per (model, method, task, setting, metric): of the newest configuration (``config_hash``)
+    of that cell, its largest finished run (most examples, ``n``; the newest of equals). A later, smaller run of
+    the same cell never hides a larger one: its examples are the first of the larger run's."""
     if df.empty:
         return df
     ok = df[df["status"] == "ok"].copy()
     ok["value"] = pd.to_numeric(ok["value"], errors="coerce")
-    ok = ok.sort_values("timestamp")
-    return ok.drop_duplicates(["model", "method", "task", "setting", "metric"], keep="last")
+    ok = ok.sort_values("timestamp", kind="stable")
+    if "config_hash" in ok.columns:
+        newest = ok.drop_duplicates(CELL_KEY, keep="last")[[*CELL_KEY, "config_hash"]]
+        ok = ok.merge(newest, on=[*CELL_KEY, "config_hash"], how="inner", sort=False)
+    if "n" in ok.columns:
+        ok = ok.assign(_n=pd.to_numeric(ok["n"], errors="coerce").fillna(-1))
+        ok = ok.sort_values(["_n", "timestamp"], kind="stable").drop(columns="_n")
+    return ok.drop_duplicates(CELL_KEY, keep="last")
 
 
 def read_paper_table(spec: TableSpec) -> Published:
@@ -136,6 +147,9 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
     paired: list[tuple[str, list[str], bool]] = []
     info = model_info()
     index = {(r.model, r.method, r.task, str(r.setting), r.metric): r.value for r in ok.itertuples()}
+    counts = {key: int(n) for key, n in zip(index, ok["n"] if "n" in ok.columns else [None] * len(ok), strict=True)
+              if n is not None and pd.notna(n)}
+    usual = _usual_count(counts, spec)
     present = {m for (m, _, t, _, _) in index if t in spec.tasks}
     models = [m for m in spec.models if m in present] if spec.models else sorted(present)
     metrics = {c.metric for c in spec.columns}
@@ -182,6 +196,11 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
                         paired.append((display, [""] * (len(spec.columns) + spec.avg), True))  # the model's group
                     paired.append((label if not is_model else display, _deltas(spec, found) + [""] * spec.avg,
                                    False))
+            if usual is not None:  # a cell of another number of examples than the table's usual one says so
+                shown = [None if c.average_of else _lookup(counts, spec, model, method, c.task, c.setting,
+                                                            metric or c.metric) for c in spec.columns]
+                cells = [f"{c} (n={k})" if c and k is not None and k != usual else c
+                         for c, k in zip(cells, [*shown, None][:len(cells)], strict=True)]
             body.append((label, cells, is_model))
             if spec.improvement and method == spec.improvement[0] and spec.improvement[1] in values_by_method:
                 body.append(("Improvement", _improvement(spec, vals, values_by_method[spec.improvement[1]],
@@ -199,6 +218,10 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
             dict(spec.labels).get(spec.paired_with) or METHOD_LABELS.get(spec.paired_with, spec.paired_with))
         title = f"Paired difference to {base} on the same examples (mean, 95% interval)"
         markdown += "\n" + _markdown(spec, groups, headers, paired).replace(spec.title, title, 1)
+    if usual is not None:
+        other = any("(n=" in c for _, cells, _ in body for c in cells)
+        markdown += (f"\nExamples per cell: n = {usual}" + ("; a cell marked (n=…) has another count" if other else "")
+                     + ".\n")
     derived = f"{spec.derive_title}: {'; '.join(notes)}." if notes else ""
     if derived:
         markdown += f"\n{derived}\n"
@@ -210,6 +233,13 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
     if data_notes:
         markdown += "\n" + "\n\n".join(data_notes) + "\n"
     return Rendered(_latex(spec, groups, headers, body, [n for n in (derived, *data_notes) if n]), markdown, missing)
+
+
+def _usual_count(counts: dict[tuple[str, str, str, str, str], int], spec: TableSpec) -> int | None:
+    """The most common number of examples of the table's cells (None when no row names its count)."""
+    metrics = {c.metric for c in spec.columns} | {r.metric for r in spec.rows or () if r.metric}
+    mine = [n for (_, _, task, _, metric), n in counts.items() if task in spec.tasks and metric in metrics]
+    return max(sorted(set(mine)), key=mine.count) if mine else None
 
 
 def table_notes(spec: TableSpec, rows: pd.DataFrame) -> list[str]:

@@ -1,37 +1,74 @@
-"""A one-screen summary of a results directory: what ran, setting × method, with τ (the demo's last table).
+"""A one-screen summary of a results directory: what ran, setting × method, with τ and n (the demo's last table).
 
 The full paper tables (:mod:`lengthx.report.tables.render`) place each number where the paper does; this view
 lists only the cells present, one row per model, task and setting, one column per method, each entry the
-task's first metric and, where a temperature was applied, its τ.
+task's first metric over the cell's examples (the largest finished run: :func:`lengthx.report.tables.render.
+latest_ok`), its number of examples n and, where a temperature was applied, its τ. An entry computed by
+another version of the code than the current checkout is marked † and counted under the table: its number may
+not be what this code computes (``lengthx run`` recomputes a cell whose task or model changed).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
+from lengthx.report.tables.render import latest_ok
 
-def _entry(row: pd.Series) -> str:
+OTHER_CODE = "†"
+
+
+def _entry(row: pd.Series, current: str | None) -> str:
     tau = row.get("tau")
     shown = f"{row['value']:g}" if isinstance(row["value"], float) else str(row["value"])
-    tau_text = f" (τ={float(tau):.2f})" if pd.notna(tau) and str(tau) != "" and float(tau) != 1.0 else ""
-    return f"{shown}{tau_text}"
+    tau_text = f"τ={float(tau):.2f}, " if pd.notna(tau) and str(tau) != "" and float(tau) != 1.0 else ""
+    n = row.get("n")
+    n_text = f"n={int(n)}" if pd.notna(n) else "n=?"
+    mark = OTHER_CODE if other_code(row.get("git_commit"), current) else ""
+    return f"{shown} ({tau_text}{n_text}){mark}"
 
 
-def summary_markdown(df: pd.DataFrame) -> str:
-    """Markdown table of the newest ok row per cell (its first metric), settings in the order they ran."""
-    ok = df[(df["status"] == "ok") & (df["method"] != "stats")].copy()  # lengthx stats rows are no method
+def _commit(value: object) -> str:
+    return str(value).removesuffix("+dirty") if pd.notna(value) and str(value) else ""
+
+
+def other_code(commit: object, current: str | None) -> bool:
+    """Whether a row's ``git_commit`` names another version of the code than ``current`` (the checkout's)."""
+    return bool(current) and _commit(current) != "unknown" and _commit(commit) != _commit(current)
+
+
+def summary_markdown(df: pd.DataFrame, current: str | None = None) -> str:
+    """Markdown table of each cell's first metric (its largest finished run), settings in the order they ran;
+    ``current``: the checkout's commit, to mark entries computed by another version of the code."""
+    ok = latest_ok(df[df["method"] != "stats"])  # lengthx stats rows are no method
     if ok.empty:
         return "(no finished cell)"
-    first_metric = ok.groupby("task", sort=False)["metric"].first()
-    ok = ok[ok["metric"] == ok["task"].map(first_metric)].drop_duplicates("cell", keep="last")
-    ok["value"] = pd.to_numeric(ok["value"], errors="coerce")
+    first_metric = df[df["status"] == "ok"].groupby("task", sort=False)["metric"].first()
+    ok = ok[ok["metric"] == ok["task"].map(first_metric)]
+    order = {cell: k for k, cell in enumerate(dict.fromkeys(df["cell"]))}
+    ok = ok.assign(_order=ok["cell"].map(order)).sort_values("_order", kind="stable")
     ok["tau"] = pd.to_numeric(ok["tau"], errors="coerce")
     methods = list(dict.fromkeys(ok["method"]))
     lines = ["| model | task | setting | metric | " + " | ".join(methods) + " |",
              "|---|---|---|---|" + "---|" * len(methods)]
     for (model, task, setting), group in ok.groupby(["model", "task", "setting"], sort=False):
-        by_method = {r["method"]: _entry(r) for _, r in group.iterrows()}
+        by_method = {r["method"]: _entry(r, current) for _, r in group.iterrows()}
         metric = first_metric[task]
         lines.append(f"| {model} | {task} | {setting} | {metric} | "
                      + " | ".join(by_method.get(m, "–") for m in methods) + " |")
-    return "\n".join(lines)
+    note = code_versions_note(ok, current)
+    return "\n".join(lines) + (f"\n\n{OTHER_CODE} {note}" if note else "")
+
+
+def code_versions_note(df: pd.DataFrame, current: str | None) -> str | None:
+    """One sentence on the finished rows computed by other versions of the code than ``current``, or None."""
+    if df.empty or "git_commit" not in df.columns:
+        return None
+    ok = latest_ok(df)
+    other = ok[[other_code(c, current) for c in ok["git_commit"]]] if not ok.empty else ok
+    if other.empty:
+        return None
+    versions = sorted({_commit(c) or "unknown" for c in other["git_commit"]})
+    shown = ", ".join(versions[:5]) + (f" and {len(versions) - 5} more" if len(versions) > 5 else "")
+    return (f"{other['cell'].nunique()} of {ok['cell'].nunique()} cells were computed by another version of the code "
+            f"({shown}) than this checkout ({current}): their numbers may not be what it computes; "
+            "`lengthx run` with the same arguments recomputes a cell whose task, model or settings changed")
