@@ -58,20 +58,17 @@ def validate_jobs(argv: list[str], environment: bool = True,
     values (:func:`lengthx.cli.validate.validate_run_config`), the command's own ``check`` and, with
     ``environment``, ``results_dir`` and ``model.path``. Raises the first problem as one line naming the key
     (or file) and the fix; returns the jobs' configs."""
-    from hydra.errors import HydraException
-
-    from lengthx.cli.validate import (
-        check_override_values,
-        compose_checked,
-        composition_error,
-        validate_run_config,
-    )
-    from lengthx.models.minis import apply_profile
+    from lengthx.cli.validate import check_override_values
 
     if any(a in HYDRA_INSPECT_FLAGS for a in argv):
         return []
     overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith("hydra")]
     check_override_values(overrides)  # a wrong value on the command line: answered before Hydra loads
+    from hydra.errors import HydraException
+
+    from lengthx.cli.validate import compose_checked, composition_error, validate_run_config
+    from lengthx.models.minis import apply_profile
+
     jobs = [overrides]
     if "-m" in argv or "--multirun" in argv:
         try:
