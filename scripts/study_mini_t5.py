@@ -186,7 +186,7 @@ def _delta(d: list[float] | None) -> str:
     return f"{d[0]:+.0f} [{d[1]:+.0f}, {d[2]:+.0f}]{mark}"
 
 
-def render_markdown(summaries: list[dict[str, Any]], picked: str | None) -> str:
+def render_markdown(summaries: list[dict[str, Any]], picked: str | None, every: list[Snapshot]) -> str:
     """study.md: the selection, then one table per snapshot and task, then the dispersal statistics."""
     out = ["# mini-t5 retrieval study: measured (scripts/study_mini_t5.py)", "",
            "Rendered from the records in this directory by `python scripts/study_mini_t5.py --render-only`; "
@@ -196,11 +196,14 @@ def render_markdown(summaries: list[dict[str, Any]], picked: str | None) -> str:
            f"card reports held-out accuracy at L_tr ≥ {BAR['passkey']:.0f}% on passkey and ≥ {BAR['topics']:.0f}% on "
            "topics (n = 100); else the next seed's earliest. "
            + (f"**Picked: {picked}.**" if picked else "**No snapshot meets the bar yet.**"), "",
-           "| snapshot | held-out passkey @ L_tr | held-out topics @ L_tr | meets the bar |", "|---|---|---|---|"]
-    for s in summaries:
-        meets = all(s["held_out"][t] >= BAR[t] for t in TASKS)
-        out.append(f"| {s['snapshot']} | {s['held_out']['passkey']:.0f} | {s['held_out']['topics']:.0f} | "
-                   f"{'yes' if meets else 'no'} |")
+           "| snapshot | held-out passkey @ L_tr | held-out topics @ L_tr | meets the bar | cells measured |",
+           "|---|---|---|---|---|"]
+    measured = {s["snapshot"]: sum(len(c["methods"]) for cells in s["tasks"].values() for c in cells.values())
+                for s in summaries}
+    for snap in every:
+        out.append(f"| {snap.name} | {snap.held_out('passkey'):.0f} | {snap.held_out('topics'):.0f} | "
+                   f"{'yes' if snap.meets_bar() else 'no'} | {measured.get(snap.name, 0)} of "
+                   f"{len(TASKS) * len(DEFAULT_LENGTHS) * len(METHODS)} |")
     out.append("")
     for s in summaries:
         for task in TASKS:
@@ -277,11 +280,11 @@ def figures(summaries: list[dict[str, Any]], results: Path) -> list[Path]:
 
 def study(results: Path, lengths: list[int]) -> tuple[str, dict[str, Any]]:
     """(study.md's text, study.json's content) from the records of every measured snapshot."""
-    snaps = [s for s in snapshots(results) if (results / s.name / "results.csv").is_file()]
-    summaries = [summarize(s, results, lengths) for s in snaps]
-    picked = select(snapshots(results))
+    every = snapshots(results)
+    summaries = [summarize(s, results, lengths) for s in every if (results / s.name / "results.csv").is_file()]
+    picked = select(every)
     name = picked.name if picked else None
-    return render_markdown(summaries, name), {"picked": name, "snapshots": summaries}
+    return render_markdown(summaries, name, every), {"picked": name, "snapshots": summaries}
 
 
 def render(results: Path, lengths: list[int]) -> str:
