@@ -257,7 +257,7 @@ def test_published_tables_ship_inside_the_package(monkeypatch, tmp_path):
 def test_compare_paper_reads_the_package_whatever_the_environment(tmp_path):
     """No environment variable or sibling folder decides which published numbers a table shows."""
     res = tmp_path / "res"
-    rows = [{**r, "cell": f"mini-t5|none|lm|{r['setting']}", "config_hash": "h"}
+    rows = [{**r, "cell": f"mini-t5|none|lm|{r['setting']}", "config_hash": "h", "n": 1}
             for r in _rows("mini-t5", "lm", "perplexity", {"1024": 12.34})]
     assert ResultsStore(res).append_rows(rows, rows[0]["cell"], "h")
     (tmp_path / "elsewhere").mkdir()

@@ -219,7 +219,7 @@ def test_a_nan_in_results_csv_is_set_aside_and_its_cell_recomputed(tiny_model_di
     lines[1] = ",".join(row)
     csv.write_text("".join(lines))
     df = ResultsStore(res).read()  # a reader leaves the row out, names it, and reads numbers as numbers
-    assert f"{csv}: line 2 has value nan" in caplog.text and len(df) == len(lines) - 2
+    assert f"{csv}: line 2 has value 'nan'" in caplog.text and len(df) == len(lines) - 2
     assert pd.api.types.is_float_dtype(df["value"])
     assert pd.read_csv(csv)["value"].isna().sum() == 1
     ResultsStore(res).check()  # what `lengthx run` does first
