@@ -35,5 +35,17 @@ def test_a_reading_gives_both_cells_with_intervals_the_paired_difference_and_l_t
     d, d_lo, d_hi = newcombe_paired_ci(pmax, none)
     assert line == (f"mini passkey 7424tokens (29× L_tr, n = 20): τ = 1 40% [{100 * lo:.0f}, {100 * hi:.0f}] "
                     f"(95% [{100 * l_lo:.0f}, {100 * l_hi:.0f}] at L_tr), pmax 75% [{100 * p_lo:.0f}, {100 * p_hi:.0f}] "
-                    f"(τ = 0.50), Δ {100 * d:+.3g} [{100 * d_lo:+.3g}, {100 * d_hi:+.3g}]")
+                    f"(τ = 0.50), Δ {100 * d:+.0f} [{100 * d_lo:+.0f}, {100 * d_hi:+.0f}]")
     assert d_lo > 0  # 7 discordant pairs, all one way: resolved
+
+
+def test_tables_summary_prints_the_readings(tmp_path, capsys):
+    from lengthx.cli import main
+
+    store = ResultsStore(tmp_path)
+    _cell(store, "none", "7424tokens", [True] * 8 + [False] * 12, 7424, 1.0)
+    _cell(store, "pmax", "7424tokens", [True] * 15 + [False] * 5, 7424, 0.5)
+    main(["tables", "--summary", "--results-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    (line,) = readings(store, store.read())
+    assert f"- {line}" in out and "pmax 75%" in line

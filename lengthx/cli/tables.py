@@ -34,6 +34,13 @@ def tables_main(argv: list[str]) -> None:
     df = store.read()
     if args.summary:
         print(summary_markdown(df, git_commit()) if not df.empty else f"no results in {store.csv_path}")
+        if not df.empty:
+            from lengthx.report.tables.reading import readings
+
+            lines = readings(store, df)
+            if lines:
+                print("\nWhat each method did (95% intervals; Δ: paired difference to τ = 1 on the same examples):")
+                print("\n".join(f"- {line}" for line in lines))
         print(f"\nevery paper table: lengthx tables --results-dir {args.results_dir}  (written to "
               f"{Path(args.results_dir) / 'tables'})")
         return

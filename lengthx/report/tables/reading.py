@@ -60,7 +60,8 @@ def readings(store: ResultsStore, df: pd.DataFrame, baseline: str = "none") -> l
             tau = pd.to_numeric(pd.Series([r.tau]), errors="coerce").iloc[0]
             tau_text = f" (τ = {tau:.2f})" if pd.notna(tau) else ""
             text += (f", {r.method} {_value(float(r.value), c.low, c.high, score)}{tau_text}, "
-                     f"Δ {c.delta:+.3g} [{c.delta_low:+.3g}, {c.delta_high:+.3g}]")
+                     + (f"Δ {c.delta:+.0f} [{c.delta_low:+.0f}, {c.delta_high:+.0f}]" if score else
+                        f"Δ {c.delta:+.3g} [{c.delta_low:+.3g}, {c.delta_high:+.3g}]"))
         lines.append(text)
     return lines
 
