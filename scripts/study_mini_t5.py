@@ -40,7 +40,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from lengthx.core.store import ResultsStore  # noqa: E402
-from lengthx.report.tables.intervals import cell_scores, newcombe_paired_ci, wilson_ci  # noqa: E402
+from lengthx.report.tables.intervals import cell_scores, difference_ci, mean_ci  # noqa: E402
 from lengthx.report.tables.render import latest_ok  # noqa: E402
 from lengthx.tasks.base import explicit_label  # noqa: E402
 
@@ -151,18 +151,15 @@ def summarize(snap: Snapshot, results: Path, lengths: list[int]) -> dict[str, An
             for m, s in scores.items():
                 if sorted(s) != ids:
                     raise ValueError(f"{snap.name} {task} {label}: {m} has other examples than τ = 1")
-                right = [s[i] >= 50 for i in ids]
-                lo, hi = wilson_ci(sum(right), len(right))
+                values = [s[i] for i in ids]  # 0 or 100: Wilson and Newcombe intervals (report.tables.intervals)
                 tau = row(m, task, label, "tau")
-                cell = {"acc": 100 * sum(right) / len(right), "ci": [100 * lo, 100 * hi],
+                cell = {"acc": sum(values) / len(values), "ci": list(mean_ci(values)),
                         "tau": float(tau.value) if tau is not None else 1.0}
                 if m != "none":
-                    d, dlo, dhi = newcombe_paired_ci(right, [scores["none"][i] >= 50 for i in ids])
-                    cell["delta"] = [100 * d, 100 * dlo, 100 * dhi]
+                    cell["delta"] = list(difference_ci(values, [scores["none"][i] for i in ids]))
                 entry["methods"][m] = cell
             if length != lengths[0] and sorted(base) == ids:
-                d, dlo, dhi = newcombe_paired_ci([scores["none"][i] >= 50 for i in ids], [base[i] >= 50 for i in ids])
-                entry["vs_l_tr"] = [100 * d, 100 * dlo, 100 * dhi]
+                entry["vs_l_tr"] = list(difference_ci([scores["none"][i] for i in ids], [base[i] for i in ids]))
             cells[str(length)] = entry
         out["tasks"][task] = cells
         stats = {}
