@@ -127,7 +127,7 @@ STOCK = Variant("stock-sdpa", attn="sdpa", note="transformers SDPA, (1, H, L, L)
 DENSE_STATS = Variant("dense+stats", stats=1, note="stock bias, lengthx query-blocked softmax + P_max/entropy")
 EXPLICIT = Variant("dense-explicit", stats=1, note="the correctness reference")
 OURS_SDPA = Variant("lengthx-sdpa", backend="sdpa", note="offset table, SDPA over the zero-copy view")
-OURS_FLEX = Variant("lengthx-flex", backend="flex", note="offset table, FlexAttention (CUDA default)")
+OURS_FLEX = Variant("lengthx-flex", backend="flex", note="offset table, FlexAttention (on request)")
 OURS_STATS = Variant("lengthx+stats", backend="sdpa", stats=1,
                      note="offset table, tiled softmax + P_max/entropy (any backend with statistics)")
 OURS_STATS_TILES = Variant("lengthx+stats[per-head tiles]", backend="sdpa", stats=1, per_head_tiles=True,

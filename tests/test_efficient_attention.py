@@ -14,6 +14,7 @@ from lengthx.attention.t5_bias import (
     efficient_t5_settings,
     enable_efficient_t5,
     relative_bias_table,
+    resolve_backend,
 )
 from lengthx.attention.temperature import set_temperature
 from lengthx.attention.tiled_softmax import BLOCK_ELEMENTS
@@ -174,11 +175,26 @@ def test_memory_bounded_no_full_bias(backend, padded, stats):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention path runs on CUDA only")
 def test_flex_matches_stock_on_cuda():  # pragma: no cover - needs a GPU
     ids, mask, dec = _batch(700, padded=True)
-    stock = tiny_t5(attn="sdpa").cuda()
-    model = tiny_t5().cuda()
+    stock = tiny_t5(attn="sdpa", d_kv=16).cuda()  # FlexAttention's kernel needs head dimensions of 16 or more
+    model = tiny_t5(d_kv=16).cuda()
     enable_efficient_t5(model, mode="always", backend="flex")
     ref = _logits(stock, ids.cuda(), mask.cuda(), dec.cuda())
     assert (_logits(model, ids.cuda(), mask.cuda(), dec.cuda()) - ref).abs().max().item() <= 1e-3
+
+
+def test_auto_backend_is_sdpa_everywhere_and_flex_refuses_small_heads():
+    """``auto`` never picks FlexAttention (slower than SDPA over the view on an H200, results/bench/gpu-stats.md);
+    statistics force the explicit path; flex below head dimension 16 is refused before any kernel compiles,
+    naming the key and the fix (on a GPU the compiled kernel failed deep inside inductor)."""
+    assert resolve_backend("auto", 8, with_stats=False) == "sdpa"
+    assert resolve_backend("auto", 64, with_stats=False) == "sdpa"
+    assert resolve_backend("flex", 64, with_stats=False) == "flex"
+    assert resolve_backend("flex", 8, with_stats=True) == "explicit"
+    model = tiny_t5()  # d_kv 8
+    enable_efficient_t5(model, mode="always", backend="flex")
+    ids, mask, dec = _batch(40, padded=False)
+    with pytest.raises(ValueError, match=r"backend=flex needs a head dimension of at least 16.*backend=sdpa"):
+        _logits(model, ids, None, dec)
 
 
 def test_flex_gets_the_modules_own_scale_at_every_tau(monkeypatch):
@@ -193,7 +209,7 @@ def test_flex_gets_the_modules_own_scale_at_every_tau(monkeypatch):
         return torch.zeros_like(query)
 
     monkeypatch.setattr(t5_bias, "flex_attend", spy)
-    model = tiny_t5()
+    model = tiny_t5(d_kv=16)
     enable_efficient_t5(model, mode="always", backend="flex")
     ids, mask, dec = _batch(40, padded=False)
     for tau in (1.0, 0.95, 0.7):

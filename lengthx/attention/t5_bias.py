@@ -15,14 +15,15 @@ zero-copy ``as_strided`` view with unit strides that SDPA accepts as ``attn_mask
 Paths of :meth:`RelativeBiasTable.attend` (all compute softmax((QKᵀ·scaling + bias)/τ + mask) with the mask
 *not* scaled, docs/design.md §5; the kernels are in :mod:`lengthx.attention.tiled_softmax`):
 
-* ``sdpa`` (CPU default, no statistics): one SDPA call over the view per group of examples that share
+* ``sdpa`` (the default on every device, no statistics): one SDPA call over the view per group of examples that share
   their valid key range. Right- or left-padding makes each example's valid keys one contiguous range, so
   padding is handled by slicing keys (and the bias view's columns), not by a mask; τ is folded into
   SDPA's ``scale`` and into the table (T/τ), so it costs nothing.
 * ``explicit`` (statistics, or masks that are not one contiguous key range per example): the tiled explicit
   softmax, which also reads P_max, entropy and the layer-0 logit vector from its tiles.
-* ``flex`` (CUDA default without statistics): FlexAttention with the table indexed in ``score_mod``; never
-  chosen automatically on CPU. Not exercised by the CPU test suite.
+* ``flex`` (only when asked for): FlexAttention with the table indexed in ``score_mod``. On an H200 it was no
+  faster than stock SDPA at the XXL shape, while ``sdpa`` over the view took 0.12-0.33x stock's time
+  (``results/bench/gpu-stats.md``); head dimensions below 16 are refused (the kernel's minimum).
 
 Hook (transformers 5.23): :func:`enable_efficient_t5` patches ``compute_bias`` of encoder block 0 only, so
 it returns a :class:`RelativeBiasTable` instead of the (1, H, L, L) tensor; that object travels through
@@ -34,7 +35,6 @@ path.
 
 from __future__ import annotations
 
-import logging
 import types
 from dataclasses import dataclass
 from typing import Any
@@ -47,18 +47,29 @@ from lengthx.attention.tiled_softmax import (
     ExplicitCall,
     explicit_attention,
     flex_attend,
-    flex_available,
     key_keep,
     key_ranges,
     offset_view,
 )
 
-log = logging.getLogger(__name__)
-
 MODES = ("auto", "always", "never")
+FLEX_MIN_HEAD_DIM = 16  # FlexAttention's compiled kernel refuses smaller query/key/value head dimensions
 BACKENDS = ("auto", "sdpa", "explicit", "flex")
 DEFAULT_MIN_LENGTH = 2048  # mode "auto": inputs longer than this use the efficient path
 SETTINGS_ATTR = "lengthx_efficient"  # on encoder block 0's attention module: an EfficientT5Settings
+
+
+def resolve_backend(backend: str, head_dim: int, with_stats: bool) -> str:
+    """The path one encoder attention call takes: ``explicit`` whenever statistics are captured (only it reads
+    P_max and entropy); ``auto`` is SDPA over the bias view on every device (on an H200, XXL shape, bf16, it ran
+    6-8x faster than FlexAttention from 2k to 15k tokens: ``results/bench/gpu-stats.md``); ``flex`` only when
+    asked for, and refused below FlexAttention's smallest head dimension."""
+    if with_stats:
+        return "explicit"
+    if backend == "flex" and head_dim < FLEX_MIN_HEAD_DIM:
+        raise ValueError(f"attention.efficient.backend=flex needs a head dimension of at least {FLEX_MIN_HEAD_DIM} "
+                         f"(FlexAttention's kernel), this model's is {head_dim}: use attention.efficient.backend=sdpa")
+    return "sdpa" if backend == "auto" else backend
 
 
 @dataclass(frozen=True)
@@ -66,7 +77,7 @@ class EfficientT5Settings:
     """How the encoder attention of one model is computed (config key ``attention.efficient``).
 
     ``mode``: ``auto`` = efficient for inputs longer than ``min_length`` tokens, stock below; ``always``;
-    ``never``. ``backend``: ``auto`` (flex on CUDA, SDPA over the view on CPU), ``sdpa``, ``explicit``,
+    ``never``. ``backend``: ``auto`` (SDPA over the view, :func:`resolve_backend`), ``sdpa``, ``explicit``,
     ``flex``. With statistics capture on, the explicit path is used whatever the backend.
     """
 
@@ -172,22 +183,13 @@ class RelativeBiasTable:
         scale = base_scale / tau
         p_drop = call.dropout if module.training else 0.0
         mask = call.attention_mask
-        backend = self.backend
-        if backend == "auto":
-            backend = "flex" if query.is_cuda and flex_available() else "sdpa"
-        if call.stats is not None:
-            backend = "explicit"
+        backend = resolve_backend(self.backend, d, call.stats is not None)
         if backend == "flex" and p_drop == 0.0:
             keep = key_keep(mask, b, k_len)
             if keep is not None or mask is None:
-                try:
-                    # the module's own scale, not scale·τ (1/0.95·0.95 != 1.0 would recompile the kernel)
-                    out = flex_attend(query, key, value, self.table, q_len, keep, base_scale, tau)
-                    return out.transpose(1, 2).contiguous()
-                except Exception as err:  # noqa: BLE001 - any compile/runtime failure: fall back, loudly
-                    if self.backend == "flex":
-                        raise
-                    log.warning("FlexAttention failed (%s); falling back to the blockwise path", err)
+                # the module's own scale, not scale·τ (1/0.95·0.95 != 1.0 would recompile the kernel)
+                out = flex_attend(query, key, value, self.table, q_len, keep, base_scale, tau)
+                return out.transpose(1, 2).contiguous()
             backend = "explicit"
         return self._blockwise(call, backend, scale, p_drop)
 
