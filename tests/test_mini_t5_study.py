@@ -43,6 +43,21 @@ def test_the_selection_rule_picks_seed_0s_earliest_snapshot_at_the_bar(tmp_path)
     assert s.select(s.snapshots(tmp_path)).name == "seed1/step-00450"
 
 
+def test_without_a_snapshot_at_the_bar_the_fallback_takes_seed_0s_best_topics_at_the_passkey_bar(tmp_path):
+    s = _script()
+    assert s.select([]) is None
+    _snapshot(tmp_path, 0, 300, 100, 40)
+    _snapshot(tmp_path, 0, 800, 94, 80)  # the best topics, but below the passkey bar
+    _snapshot(tmp_path, 0, 1300, 97, 66)
+    _snapshot(tmp_path, 0, 2600, 100, 66)  # a tie on topics: the earlier snapshot wins
+    _snapshot(tmp_path, 1, 450, 100, 89)  # a later seed's better topics do not count
+    picked = s.select(s.snapshots(tmp_path))
+    assert picked.name == "seed0/step-01300" and not picked.meets_bar()
+    assert "fallback" in s._picked(picked.name, s.snapshots(tmp_path))
+    _snapshot(tmp_path, 1, 1000, 95, 90)  # once any seed reaches the bar, the bar decides again
+    assert s.select(s.snapshots(tmp_path)).name == "seed1/step-01000"
+
+
 def test_study_md_is_rendered_from_the_committed_records():
     if not (STUDY / "study.md").is_file():
         pytest.fail("results/mini-t5-study/study.md is missing: run scripts/study_mini_t5.py")
