@@ -25,6 +25,7 @@ the highest held-out topics accuracy among those at the passkey bar (the earlies
 
     python scripts/study_mini_t5.py                      # measure every snapshot, then render
     python scripts/study_mini_t5.py --render-only        # rebuild study.md and the figures from the records
+    python scripts/study_mini_t5.py --ship lengthx/checkpoints/mini-t5   # ship the picked snapshot (make mini-t5)
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ def measure(snap: Snapshot, args: argparse.Namespace) -> None:
     from lengthx.core.statistics import run_statistics
 
     results = Path(args.results)
-    for task in TASKS:
+    for task in args.tasks:
         for method in METHODS:
             cfg = run_config(snap, results, task, method, args.lengths, args.examples, args.calibration)
             for cell in Runner(cfg).run():
@@ -308,6 +309,43 @@ def render(results: Path, lengths: list[int]) -> str:
     return text
 
 
+# ---- shipping ----------------------------------------------------------------------------------------------
+SHIPPED_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                 "curve.json")
+
+
+def selection_section(picked: Snapshot, every: list[Snapshot]) -> str:
+    """The card's "Selection" section: the rule, the snapshot it picked and on what grounds."""
+    rows = "\n".join(f"| {s.name} | {s.held_out('passkey'):.0f} | {s.held_out('topics'):.0f} |" for s in every)
+    return (f"\n## Selection (docs/mini-t5-study.md)\n\nThis is snapshot `{picked.name}` of the retrieval stand-in "
+            "study (`results/mini-t5-study/`), picked by the rule fixed before any τ was measured: the earliest "
+            f"snapshot of training seed 0 with held-out accuracy at L_tr ≥ {BAR['passkey']:.0f}% on passkey and "
+            f"≥ {BAR['topics']:.0f}% on topics; else the next seed's earliest; if none is at the bar, seed 0's "
+            "snapshot with the highest held-out topics accuracy among those at the passkey bar. "
+            + ("It meets the bar." if picked.meets_bar() else "No snapshot reached the topics bar, so the fallback "
+               "picked it: it is below the topics bar.")
+            + "\n\n| snapshot | held-out passkey @ L_tr | held-out topics @ L_tr |\n|---|---|---|\n" + rows + "\n")
+
+
+def ship(results: Path, target: Path) -> Snapshot:
+    """Copy the snapshot the rule picks into ``target`` (the shipped ``mini-t5``): its weights, config,
+    tokenizer and curve, and its card with the selection section; weight files of an earlier export there go."""
+    import shutil
+
+    every = snapshots(results)
+    picked = select(every)
+    if picked is None:
+        raise SystemExit(f"no snapshot under {results / 'snapshots'} is at the passkey bar: nothing to ship")
+    target.mkdir(parents=True, exist_ok=True)
+    for old in [*target.glob("*.safetensors"), target / "model.safetensors.index.json", target / "runs.json"]:
+        old.unlink(missing_ok=True)
+    for name in SHIPPED_FILES:
+        shutil.copyfile(picked.path / name, target / name)
+    card = (picked.path / "README.md").read_text()
+    (target / "README.md").write_text(card.rstrip("\n") + "\n" + selection_section(picked, every))
+    return picked
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", default=str(ROOT / "results" / "mini-t5-study"))
@@ -316,10 +354,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--calibration", type=int, default=2, help="Algorithm 1's calibration examples per setting")
     p.add_argument("--stats-examples", type=int, default=4, help="examples of the dispersal statistics")
     p.add_argument("--only", nargs="*", default=None, help="measure only these snapshots (seedS/step-NNNNN)")
+    p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS, help="measure these tasks, in this order")
     p.add_argument("--render-only", action="store_true")
+    p.add_argument("--ship", default=None, help="copy the snapshot the rule picks into this directory and stop "
+                   "(make mini-t5: lengthx/checkpoints/mini-t5)")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     results = Path(args.results)
+    if args.ship:
+        picked = ship(results, Path(args.ship))
+        print(f"shipped {picked.name} to {args.ship}")
+        return
     if not args.render_only:
         import torch
 

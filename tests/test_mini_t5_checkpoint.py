@@ -1,10 +1,10 @@
-"""The shipped mini-t5 really retrieves at its training length.
+"""The shipped mini-t5 really retrieves at its training length, as its card says.
 
-Loads ``lengthx/checkpoints/mini-t5`` as a user would (``from_pretrained``), builds 50 passkey and 50
-LongEval-lines examples fitted to L_tr tokens with the checkpoint's own tokenizer, from seeds that neither
-the training stream nor the training-time evaluation used, decodes greedily and scores them with the
-benchmarks' rules (``lengthx.tasks.metrics``): passkey >= 95%; lines (and topics, where the card reports it) is
-checked against the model card (the >= 70% lines bar is not met yet, see the card). Skipped while the
+Loads ``lengthx/checkpoints/mini-t5`` as a user would (``from_pretrained``), builds 50 examples per task
+fitted to L_tr tokens with the checkpoint's own tokenizer, from seeds that neither the training stream nor
+the card's evaluation used, decodes greedily and scores them with the benchmarks' rules: passkey >= 95%;
+topics and lines, where the card reports them, within a few points of the card's figure. The card names the
+study snapshot it is and the selection rule that picked it (docs/mini-t5-study.md). Skipped while the
 directory holds no weights (``config.json``); ``LENGTHX_MINI_T5=/path`` tests another export.
 """
 
@@ -84,7 +84,9 @@ def test_lines_at_l_tr_matches_the_model_card(mini_t5):
 
     model, tok = mini_t5
     l_tr = _l_tr()
-    claimed = json.loads((CKPT / "curve.json").read_text())["final"][f"lines@{l_tr}"]
+    claimed = json.loads((CKPT / "curve.json").read_text())["final"].get(f"lines@{l_tr}")
+    if claimed is None:
+        pytest.skip("this checkpoint's card reports no lines accuracy (lines not trained)")
     cases = [fit_lines_case(LINES_SEED + i, lambda s: len(tok(s).input_ids), l_tr) for i in range(N)]
     outputs = _generate(model, tok, [c.prompt for c in cases])
     accuracy = 100.0 * sum(lines_correct(o, c.answer) for o, c in zip(outputs, cases, strict=True)) / N
@@ -109,3 +111,23 @@ def test_topics_at_l_tr_matches_the_model_card(mini_t5):
     outputs = _generate(model, tok, [e.prompt for e in examples], max_new_tokens=24)
     accuracy = sum(task.score(o, e)["accuracy"] for o, e in zip(outputs, examples, strict=True)) / N
     assert abs(accuracy - claimed) <= 15, f"topics EM {accuracy:.0f}% but the model card says {claimed:.0f}%"
+
+
+def test_the_shipped_checkpoint_is_the_snapshot_the_study_rule_picks():
+    """Its weights are byte for byte the committed snapshot that ``scripts/study_mini_t5.py``'s rule picks, and
+    its card states the rule and names that snapshot."""
+    import importlib.util
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    if CKPT != root / "lengthx/checkpoints/mini-t5":
+        pytest.skip("LENGTHX_MINI_T5 points at another export")
+    spec = importlib.util.spec_from_file_location("study_mini_t5", root / "scripts" / "study_mini_t5.py")
+    study = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = study
+    spec.loader.exec_module(study)
+    picked = study.select(study.snapshots(root / "results" / "mini-t5-study"))
+    assert picked is not None
+    assert (CKPT / "model.safetensors").read_bytes() == (picked.path / "model.safetensors").read_bytes()
+    card = (CKPT / "README.md").read_text()
+    assert f"This is snapshot `{picked.name}`" in card and "picked by the rule fixed before any τ was measured" in card
