@@ -58,9 +58,10 @@ tables: install
 	$(LX) tables
 
 # Paper A on the mini profile, two stand-ins (lengthx/conf/model/mini-*.yaml):
-# - mini-t5 (Flan-T5's stand-in) runs the retrieval and QA experiments (Tables 1, 4, 5, 7, 9, 10) on each
-#   task's shortest and longest setting (AA_MINI_SLICE= runs them all; MDQA adds 30docs@0, Table 10's column),
-#   10 examples per setting, 1 calibration example for Algorithm 1;
+# - mini-t5 (Flan-T5's stand-in, docs/mini-t5-study.md) runs topics and passkey (Tables 1, 4, 7, 9) at every
+#   setting with AA_RETRIEVAL_EXAMPLES examples, and lines and MDQA (Tables 1, 5, 10) on each task's shortest and
+#   longest setting (AA_MINI_SLICE= runs them all; MDQA adds 30docs@0, Table 10's column) with 10 examples;
+#   1 calibration example for Algorithm 1;
 # - mini-t5-lm (T5-LM's and CodeT5+'s stand-in, scripts/train_mini_t5_lm.py) runs language modelling and code
 #   (Tables 3, 6, 8, 11-13, code key) at every setting, AA_LM_EXAMPLES / AA_CODE_EXAMPLES examples per setting
 #   on the same text at every length (profile.same_text), 4 calibration examples, and Table 8's extension rows
@@ -70,19 +71,18 @@ tables: install
 , := ,
 AA_MINI_ARGS  ?= calibration.num_examples=1
 AA_MINI_SLICE ?= 1
+AA_RETRIEVAL_EXAMPLES ?= 60
 AA_LM_ARGS    ?= calibration.num_examples=4
 AA_LM_EXAMPLES   ?= 100
 AA_CODE_EXAMPLES ?= 60
 aa_only = $(if $(AA_MINI_SLICE),'task.only=[$(1)]')
 define AA_MINI_RECIPE
-$(LX) stats -m experiment=aa_table1 task=topics $(call aa_only,5$(,)25) $(AA_DRY_RUN)
+$(LX) stats -m experiment=aa_table1 task=topics,passkey $(AA_DRY_RUN)
 $(LX) stats -m experiment=aa_table1 task=lines $(call aa_only,200$(,)680) $(AA_DRY_RUN)
-$(LX) stats -m experiment=aa_table1 task=passkey $(call aa_only,55k) $(AA_DRY_RUN)
 $(LX) stats -m experiment=aa_table1 task=mdqa $(call aa_only,10docs@0$(,)30docs@29) $(AA_DRY_RUN)
 $(LX) stats -m model=mini-t5-lm task=lm,code_completion $(AA_DRY_RUN)
-$(LX) run -m experiment=aa_table4 task=topics $(call aa_only,5$(,)25) $(AA_MINI_ARGS) $(AA_DRY_RUN)
+$(LX) run -m experiment=aa_table4 task=topics,passkey task.num_examples=$(AA_RETRIEVAL_EXAMPLES) $(AA_MINI_ARGS) $(AA_DRY_RUN)
 $(LX) run -m experiment=aa_table4 task=lines $(call aa_only,200$(,)680) $(AA_MINI_ARGS) $(AA_DRY_RUN)
-$(LX) run -m experiment=aa_table4 task=passkey $(call aa_only,20k$(,)55k) $(AA_MINI_ARGS) $(AA_DRY_RUN)
 $(LX) run -m experiment=aa_table5 $(call aa_only,10docs@0$(,)30docs@0$(,)30docs@29) $(AA_MINI_ARGS) $(AA_DRY_RUN)
 $(LX) run -m experiment=aa_table3 task.num_examples=$(AA_LM_EXAMPLES) $(AA_LM_ARGS) $(AA_DRY_RUN)
 $(LX) run -m experiment=aa_table6 task.num_examples=$(AA_CODE_EXAMPLES) $(AA_LM_ARGS) $(AA_DRY_RUN)
