@@ -116,16 +116,12 @@ def test_topics_at_l_tr_matches_the_model_card(mini_t5):
 def test_the_shipped_checkpoint_is_the_snapshot_the_study_rule_picks():
     """Its weights are byte for byte the committed snapshot that ``scripts/study_mini_t5.py``'s rule picks, and
     its card states the rule and names that snapshot."""
-    import importlib.util
-    import sys
+    from test_mini_t5_study import _script
 
     root = Path(__file__).resolve().parents[1]
     if CKPT != root / "lengthx/checkpoints/mini-t5":
         pytest.skip("LENGTHX_MINI_T5 points at another export")
-    spec = importlib.util.spec_from_file_location("study_mini_t5", root / "scripts" / "study_mini_t5.py")
-    study = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = study
-    spec.loader.exec_module(study)
+    study = _script()
     picked = study.select(study.snapshots(root / "results" / "mini-t5-study"))
     assert picked is not None
     assert (CKPT / "model.safetensors").read_bytes() == (picked.path / "model.safetensors").read_bytes()
