@@ -43,6 +43,7 @@ bench: install
 	$(BIN)/python scripts/bench_cli_startup.py
 	$(BIN)/python scripts/bench_attention.py
 	$(BIN)/python scripts/bench_alignment.py
+	$(BIN)/python scripts/bench_algorithm1.py
 	$(BIN)/python scripts/bench_training_memory.py
 	$(BIN)/python scripts/bench_token_ids.py
 

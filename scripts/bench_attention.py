@@ -13,10 +13,13 @@ the time is the process's CPU time of the forward, which on a shared machine is 
 load than wall time (the wall time is reported too); every cell runs ``--rounds`` times, interleaved with
 the other variants, and the best is kept.
 
-Variants: ``eager`` and ``sdpa`` (stock transformers); ``ours`` (SDPA over the zero-copy bias view);
-``ours-explicit`` (explicit-softmax query blocks, no statistics); ``ours+stats`` (explicit path with P_max
-and entropy capture, Algorithm 1); ``ours+logits`` (stats plus layer 0's average logit vector, Props. 1-2);
-and ``*-pad`` variants on a right-padded batch of two (lengths L and 3L/4).
+Variants: ``eager`` and ``sdpa`` (stock transformers); ``ours`` (SDPA over the zero-copy bias view: statistics
+off); ``ours-explicit`` (explicit-softmax tiles, no statistics); ``ours+stats`` (P_max and entropy capture,
+Algorithm 1, from the fused kernel of ``lengthx.attention.fused``); ``ours+stats-tiles`` (the same statistics
+from the explicit tiles, ``LENGTHX_FUSED_STATS=0``: the path before the fused kernel); ``ours+logits`` (stats
+plus layer 0's average logit vector, Props. 1-2: layer 0 on the tiles); and ``*-pad`` variants on a
+right-padded batch of two (lengths L and 3L/4). ``--profile`` adds a torch profile of one ``ours`` forward
+at 8k: where the main path's time goes, and each part's share of the roofline.
 
     python scripts/bench_attention.py            # 2k, 4k, 8k, 16k -> results/bench/attention.md
     python scripts/bench_attention.py --quick    # 512, 1024: a smoke run
@@ -38,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8,
               relative_attention_num_buckets=32, relative_attention_max_distance=128, dropout_rate=0.0,
               feed_forward_proj="relu", is_encoder_decoder=False, use_cache=False)
-VARIANTS = ("eager", "sdpa", "ours", "ours-explicit", "ours+stats", "ours+logits",
+VARIANTS = ("eager", "sdpa", "ours", "ours-explicit", "ours+stats", "ours+stats-tiles", "ours+logits",
             "sdpa-pad", "ours-pad", "ours+stats-pad")
 BASELINE = {v: ("sdpa-pad" if v.endswith("-pad") else "sdpa") for v in VARIANTS}
 FULL_LENGTHS = (2048, 4096, 8192, 16384)
@@ -73,6 +76,9 @@ def _child(variant: str, length: int, repeats: int, threads: int) -> dict:
 
     torch.manual_seed(0)
     base = variant.removesuffix("-pad")
+    if base.endswith("-tiles"):  # the explicit tiles compute the statistics (before the fused kernel)
+        os.environ["LENGTHX_FUSED_STATS"] = "0"
+        base = base.removesuffix("-tiles")
     attn = {"eager": "eager", "sdpa": "sdpa"}.get(base, ATTN_NAME)
     register()
     model = T5EncoderModel(T5Config(**CONFIG)).eval()
@@ -116,6 +122,40 @@ def _child(variant: str, length: int, repeats: int, threads: int) -> dict:
         if "logits" in base:
             out["sigma"] = stats.logit_sigma()
     return out
+
+
+def _profile_child(length: int, threads: int) -> dict:
+    """Self CPU time of one ``ours`` forward by kind of op (torch profiler): SDPA's fused attention kernel,
+    the dense matmuls (projections, feed-forward), the rest; with the nominal FLOPs of the first two."""
+    import torch
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import T5Config, T5EncoderModel
+
+    from lengthx.attention.t5_bias import enable_efficient_t5
+    from lengthx.attention.temperature import ATTN_NAME, register
+
+    torch.manual_seed(0)
+    register()
+    model = T5EncoderModel(T5Config(**CONFIG)).eval()
+    model.set_attn_implementation(ATTN_NAME)
+    enable_efficient_t5(model, mode="always")
+    ids = torch.randint(3, CONFIG["vocab_size"], (1, length))
+    with torch.inference_mode():
+        model(input_ids=ids[:, :256])
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            model(input_ids=ids)
+    parts = {"attention": 0.0, "matmul": 0.0, "other": 0.0}
+    for ev in prof.key_averages():
+        kind = ("attention" if "scaled_dot_product" in ev.key and "flash" in ev.key
+                else "matmul" if ev.key in ("aten::mm", "aten::addmm", "aten::bmm") else "other")
+        parts[kind] += ev.self_cpu_time_total / 1e6
+    c = CONFIG
+    attention = c["num_layers"] * 2 * 2 * length * length * c["num_heads"] * c["d_kv"]
+    return dict(status="ok", seconds=parts, gflops=dict(attention=attention / 1e9,
+                                                        matmul=(_nominal_flops([length]) - attention) / 1e9))
 
 
 def _roofline(size: int = 4096, repeats: int = 5) -> float:
@@ -207,12 +247,28 @@ def render(results: dict, lengths: list[int], roof: float, meta: dict) -> str:
             out.append(f"| {v} | {_fmt(res, base, 'seconds', '{:.2f}')} | {wall} "
                        f"| {_fmt(res, base, 'peak_gib', '{:.2f}')} | {gf} | {pct} |")
         rel = []
-        for a, b in (("ours+stats", "ours-explicit"), ("ours+stats", "ours"), ("ours+logits", "ours+stats")):
+        for a, b in (("ours+stats", "ours"), ("ours+stats-tiles", "ours"), ("ours+stats", "ours-explicit"),
+                     ("ours+logits", "ours+stats")):
             ra, rb = results.get((a, n), {}), results.get((b, n), {})
             if ra.get("status") == "ok" and rb.get("status") == "ok":
                 rel.append(f"{a} / {b} time = {ra['seconds'] / rb['seconds']:.2f}x")
         if rel:
             out += ["", "Statistics cost: " + "; ".join(rel) + "."]
+        fused, tiles = results.get(("ours+stats", n), {}), results.get(("ours+stats-tiles", n), {})
+        if "pmax" in fused and "pmax" in tiles:
+            out += ["", f"Mean P_max over layers and heads: fused {fused['pmax']:.7f}, tiles {tiles['pmax']:.7f}."]
+        out.append("")
+    prof = results.get(("profile", 0))
+    if prof is not None and prof.get("status") == "ok":
+        total = sum(prof["seconds"].values())
+        out += [f"## Where the main path's time goes (`ours`, L = {prof['length']}, torch profiler, self CPU time)",
+                "", "| part | seconds | share | GFLOP/s | % roofline |", "|---|---|---|---|---|"]
+        for part, label in (("attention", "SDPA's fused attention kernel (QKᵀ, softmax, PV)"),
+                            ("matmul", "dense matmuls (projections, feed-forward)"), ("other", "everything else")):
+            sec = prof["seconds"][part]
+            rate = prof["gflops"].get(part)
+            cells = (f"{rate / sec:.1f} | {100 * rate / sec / roof:.0f}%" if rate and sec else "- | -")
+            out.append(f"| {label} | {sec:.2f} | {100 * sec / total:.0f}% | {cells} |")
         out.append("")
     return "\n".join(out)
 
@@ -230,9 +286,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="address-space cap per child (default: min(21, MemAvailable − 1) GiB)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per child")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / "attention.md")
+    p.add_argument("--profile", type=int, default=8192, metavar="LENGTH",
+                   help="profile one `ours` forward at this length (0 = no profile)")
     p.add_argument("--child", nargs=2, metavar=("VARIANT", "LENGTH"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
+    if args.child and args.child[0] == "profile":
+        print(json.dumps(_profile_child(int(args.child[1]), args.threads)), flush=True)
+        return 0
     if args.child:
         try:
             res = _child(args.child[0], int(args.child[1]), args.repeats, args.threads)
@@ -271,7 +332,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"L={n:6d} {v:15s} {res.get('status'):8s} time={res.get('seconds', nan):8.2f}s "
                       f"peak={res.get('peak_gib', nan):6.2f}GiB (wall {time.perf_counter() - t0:.0f}s) "
                       f"{res.get('error', '')}", file=sys.stderr, flush=True)
-    bases = [r["base_gib"] for r in results.values() if r.get("status") == "ok"]
+    if args.profile and not args.quick:
+        results[("profile", 0)] = dict(_run_variant("profile", args.profile, 1, args.threads, mem_limit,
+                                                    args.timeout), length=args.profile)
+    bases = [r["base_gib"] for r in results.values() if r.get("status") == "ok" and "base_gib" in r]
     single = torch.get_num_threads() == 1
     meta = dict(machine=f"{platform.machine()} CPU, {os.cpu_count()} cores", threads=torch.get_num_threads(),
                 torch=torch.__version__, transformers=transformers.__version__,

@@ -222,7 +222,9 @@ def test_the_device_blocks_give_the_tiles_outputs_and_statistics(monkeypatch):
     """On an accelerator the explicit path runs over blocks of query rows of all heads (few large kernels);
     run here on the CPU, it gives the per-head tiles' encoder output, P_max, entropy and layer-0 logit vector."""
     import lengthx.attention.tiled_softmax as tiled
+    from lengthx.attention import fused
 
+    monkeypatch.setenv(fused.ENV_SWITCH, "0")  # the tiles and blocks themselves, not the fused kernel
     ids, mask, _ = _batch(500, padded=True)
     model = tiny_t5()
     enable_efficient_t5(model, mode="always", backend="explicit")

@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import tiny_t5
 
-from lengthx.attention import tiled_softmax
+from lengthx.attention import fused, tiled_softmax
 from lengthx.attention.stats import (
     EXP_FLOOR,
     AttentionStats,
@@ -242,6 +242,7 @@ def test_chunked_explicit_path_stats(monkeypatch, dtype, holes):
     monkeypatch.setattr(tiled_softmax, "BLOCK_ELEMENTS", 5 * 60)
     monkeypatch.setattr(tiled_softmax, "MIN_BLOCK_ROWS", 5)
     monkeypatch.setattr(tiled_softmax, "CHUNK_ELEMENTS", 2 * 60 - 1)
+    monkeypatch.setenv(fused.ENV_SWITCH, "0")  # the tiles themselves, not the fused kernel
     ids, mask = _padded(holes=holes)
     tau = 0.8
     model = tiny_t5().to(dtype)

@@ -19,8 +19,10 @@ Paths of :meth:`RelativeBiasTable.attend` (all compute softmax((QKᵀ·scaling +
   their valid key range. Right- or left-padding makes each example's valid keys one contiguous range, so
   padding is handled by slicing keys (and the bias view's columns), not by a mask; τ is folded into
   SDPA's ``scale`` and into the table (T/τ), so it costs nothing.
-* ``explicit`` (statistics, or masks that are not one contiguous key range per example): the tiled explicit
-  softmax, which also reads P_max, entropy and the layer-0 logit vector from its tiles.
+* ``explicit`` (statistics, or masks that are not one contiguous key range per example): with P_max and
+  entropy only, on CPU in fp32 without gradients, the fused kernel (:mod:`lengthx.attention.fused`: one
+  flash-style pass that keeps the statistics' sums per row); otherwise the tiled explicit softmax, which also
+  reads P_max, entropy and the layer-0 logit vector from its tiles.
 * ``flex`` (only when asked for): FlexAttention with the table indexed in ``score_mod``. On an H200 it was no
   faster than stock SDPA at the XXL shape, while ``sdpa`` over the view took 0.12-0.33x stock's time
   (``results/bench/gpu-stats.md``); head dimensions below 16 are refused (the kernel's minimum).
@@ -42,6 +44,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from lengthx.attention import fused
+from lengthx.attention.stats import stats_from_sums
 from lengthx.attention.temperature import ATTN_NAME, AttentionCall, register
 from lengthx.attention.tiled_softmax import (
     ExplicitCall,
@@ -50,6 +54,7 @@ from lengthx.attention.tiled_softmax import (
     key_keep,
     key_ranges,
     offset_view,
+    rows_in,
 )
 
 MODES = ("auto", "always", "never")
@@ -60,8 +65,9 @@ SETTINGS_ATTR = "lengthx_efficient"  # on encoder block 0's attention module: an
 
 
 def resolve_backend(backend: str, head_dim: int, with_stats: bool) -> str:
-    """The path one encoder attention call takes: ``explicit`` whenever statistics are captured (only it reads
-    P_max and entropy); ``auto`` is SDPA over the bias view on every device (on an H200, XXL shape, bf16, it ran
+    """The path one encoder attention call takes: ``explicit`` whenever statistics are captured (the explicit
+    tiles, or the fused kernel of :mod:`lengthx.attention.fused` where it applies, read P_max and entropy);
+    ``auto`` is SDPA over the bias view on every device (on an H200, XXL shape, bf16, it ran
     6-8x faster than FlexAttention from 2k to 15k tokens: ``results/bench/gpu-stats.md``); ``flex`` only when
     asked for, and refused below FlexAttention's smallest head dimension."""
     if with_stats:
@@ -169,6 +175,18 @@ class RelativeBiasTable:
 
     # ---- attention ---------------------------------------------------------------------------------------
 
+    def fuses_statistics(self, call: AttentionCall) -> bool:
+        """Whether this call's P_max and entropy come from the fused kernel (:mod:`lengthx.attention.fused`):
+        statistics without the logit capture, CPU, fp32, no dropout, no gradients, and keys that form one
+        contiguous range per example. Then every ``row_stride``-th row is read from the same pass."""
+        stats, query = call.stats, call.query
+        if stats is None or stats.wants_logits(call.module):
+            return False
+        p_drop = call.dropout if call.module.training else 0.0
+        if not fused.applies(query, p_drop):
+            return False
+        return key_ranges(call.attention_mask, query.shape[0], call.key.shape[-2]) is not None
+
     def attend(self, call: AttentionCall) -> torch.Tensor:
         """softmax((QKᵀ·scaling + bias)/τ + mask)·V of a call with (B, H, L_q, D) inputs; returns (B, L_q, H, D)."""
         module, query, key, value, tau = call.module, call.query, call.key, call.value, call.tau
@@ -184,6 +202,8 @@ class RelativeBiasTable:
         p_drop = call.dropout if module.training else 0.0
         mask = call.attention_mask
         backend = resolve_backend(self.backend, d, call.stats is not None)
+        if call.stats is not None and self.fuses_statistics(call):
+            backend = "fused"
         if backend == "flex" and p_drop == 0.0:
             keep = key_keep(mask, b, k_len)
             if keep is not None or mask is None:
@@ -194,7 +214,8 @@ class RelativeBiasTable:
         return self._blockwise(call, backend, scale, p_drop)
 
     def _blockwise(self, call: AttentionCall, backend: str, scale: float, p_drop: float) -> torch.Tensor:
-        """The ``sdpa`` and ``explicit`` paths: keys and values reversed, the bias a view of the flipped table."""
+        """The ``sdpa``, ``fused`` and ``explicit`` paths: keys and values reversed, the bias a view of the
+        flipped table."""
         module, query, value, mask, tau, stats = (call.module, call.query, call.value, call.attention_mask,
                                                   call.tau, call.stats)
         b, h, q_len, _ = query.shape
@@ -224,6 +245,12 @@ class RelativeBiasTable:
                 bias = self.view(flipped, 0, q_len, k0, k1)[None]
                 o_g = F.scaled_dot_product_attention(q_g, k_g, v_g, attn_mask=bias, dropout_p=p_drop,
                                                      scale=scale)
+            elif backend == "fused":
+                o_g, z, w = fused.fused_attention(q_g, k_g, v_g, flipped, k_len - k1, scale)
+                pmax, entropy = stats_from_sums(z, w)
+                ok = rows_in((k0, k1), 0, q_len, q_g.shape[0], query.device)
+                step = stats.row_stride  # the rows sampled_statistics reads, from the same pass
+                stats.add_rows(module, pmax[..., ::step], entropy[..., ::step], ok[:, ::step])
             else:
                 o_g = query.new_empty(q_g.shape[0], h, q_len, v_g.shape[-1])
                 explicit_attention(ExplicitCall(module, q_g, k_g, v_g, flipped, k_len, k0, k1, None, scale, tau,

@@ -228,7 +228,7 @@ def _row_validity(row_range: tuple[int, int] | None, mblk: torch.Tensor | None, 
     """(valid query rows, valid keys) of a block for the statistics: ``row_range`` when the keys were sliced
     to a range (a row is valid iff its own position lies in it), else the block mask's diagonal."""
     if row_range is not None:
-        return _rows_in(row_range, q0, q1, batch, device), None
+        return rows_in(row_range, q0, q1, batch, device), None
     return _validity_flipped(mblk, batch, q1 - q0, n, q0)
 
 
@@ -282,7 +282,9 @@ def to_additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return out.masked_fill_(~mask, torch.finfo(dtype).min)
 
 
-def _rows_in(rng: tuple[int, int], q0: int, q1: int, batch: int, device: torch.device) -> torch.Tensor:
+def rows_in(rng: tuple[int, int], q0: int, q1: int, batch: int, device: torch.device) -> torch.Tensor:
+    """(B, q1 − q0) validity of query rows [q0, q1) whose keys were sliced to ``rng``: a row is valid iff its
+    own position lies in the range (a padding token's own row is not)."""
     pos = torch.arange(q0, q1, device=device)
     return ((pos >= rng[0]) & (pos < rng[1]))[None].expand(batch, -1)
 

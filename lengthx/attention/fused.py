@@ -1,0 +1,104 @@
+"""Statistics inside the fused attention pass: T5 encoder attention with P_max and entropy at plain-inference
+speed (paper A Algorithm 1's FindS; docs/design.md §9).
+
+The explicit tiles (:mod:`lengthx.attention.tiled_softmax`) write each tile of scores out and run the softmax
+as separate passes; that is what made statistics cost 1.4-1.6x the SDPA path at 8k-16k tokens. This kernel
+(``csrc/fused_stats.cpp``, a C++ torch extension built on first use) is a flash-style pass: scores in blocks of
+keys that stay in cache, an online softmax that keeps per query row the running maximum m and the sums
+Z = Σ e^{s−m} and W = Σ e^{s−m}·(s − m) (rescaled when m rises), then P_max = 1/Z and H = log Z − W/Z
+(:func:`lengthx.attention.stats.stats_from_sums`). Every row's sums come out of the same pass that computes
+the output, so ``row_stride`` only selects rows, it does not save work.
+
+It covers what Algorithm 1 runs: CPU, fp32, no gradients, no dropout, keys that form one contiguous range per
+example (no mask, right or left padding). Anything else keeps the explicit tiles, which stay the reference; so
+does the layer-0 logit capture of Propositions 1-2, which sorts whole logit rows and so needs them written
+out. The extension is compiled once per machine, torch version and source (a C++ compiler and ``ninja``; about
+a minute) into torch's extension cache (``TORCH_EXTENSIONS_DIR``); when it cannot be built, one warning names
+the reason and the explicit tiles are used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("csrc") / "fused_stats.cpp"
+ENV_SWITCH = "LENGTHX_FUSED_STATS"  # "0" turns the fused kernel off (the explicit tiles compute statistics)
+Q_BLOCK = 128  # query rows per task: a task is one (example, head, block of rows)
+KV_BLOCK = 512  # keys per block: a block of scores is 128 KiB, it and the key/value blocks stay in L2
+
+# at::vec's SIMD width is chosen at compile time, so the extension is built for the capability torch detected
+_CAPABILITY_FLAGS = {
+    "AVX512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-DCPU_CAPABILITY=AVX512",
+               "-DCPU_CAPABILITY_AVX512"],
+    "AVX2": ["-mavx2", "-mfma", "-mf16c", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"],
+}
+
+_STATE: dict[str, Any] = {}
+
+
+def _capability() -> str:
+    cap = torch.backends.cpu.get_cpu_capability()
+    return cap if cap in _CAPABILITY_FLAGS else "DEFAULT"
+
+
+def load() -> Any | None:
+    """The compiled extension, building it on first use; None (after one warning) when it cannot be built or
+    ``LENGTHX_FUSED_STATS=0``."""
+    if os.environ.get(ENV_SWITCH, "1") == "0":
+        return None
+    if "module" not in _STATE:
+        _STATE["module"] = _build()
+    return _STATE["module"]
+
+
+def _build() -> Any | None:
+    cap = _capability()
+    digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + cap.encode()).hexdigest()[:12]
+    try:
+        from torch.utils.cpp_extension import load as load_extension
+
+        return load_extension(name=f"lengthx_fused_{cap.lower()}_{digest}", sources=[str(SOURCE)],
+                              extra_cflags=["-O3", *_CAPABILITY_FLAGS.get(cap, [])], verbose=False)
+    except Exception as exc:  # noqa: BLE001 - any build failure means: use the explicit tiles
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        log.warning("lengthx: the fused statistics kernel could not be built (%s); attention statistics use the "
+                    "explicit tiles (slower). Install a C++ compiler and `pip install ninja`, or set %s=0 to "
+                    "skip the build.", reason[:200], ENV_SWITCH)
+        return None
+
+
+def applies(query: torch.Tensor, p_drop: float) -> bool:
+    """Whether a call can take the fused kernel: CPU, fp32, no dropout, no gradient, and the kernel builds."""
+    if query.device.type != "cpu" or query.dtype != torch.float32 or p_drop:
+        return False
+    if torch.is_grad_enabled() and query.requires_grad:
+        return False
+    return load() is not None
+
+
+def fused_attention(query: torch.Tensor, key_f: torch.Tensor, value_f: torch.Tensor, flipped: torch.Tensor,
+                    bias_offset: int, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """softmax(scale·QKᵀ + bias)·V with keys and values reversed and the bias of query i and reversed key c at
+    ``flipped[h, i + bias_offset + c]`` (the view :func:`lengthx.attention.tiled_softmax.offset_view` takes);
+    returns ``(out (B, H, L_q, D_v), z, w)`` with z = Σ e^{s−m} and w = Σ e^{s−m}·(s − m) per row (B, H, L_q),
+    the sums :func:`lengthx.attention.stats.stats_from_sums` turns into P_max and entropy."""
+    module = load()
+    if module is None:
+        raise RuntimeError("the fused statistics kernel is not available (see the warning above); "
+                           f"set {ENV_SWITCH}=0 to use the explicit tiles")
+    b, h, q_len, _ = query.shape
+    query, key_f, value_f, flipped = (t.contiguous() for t in (query, key_f, value_f, flipped))
+    out = query.new_empty(b, h, q_len, value_f.shape[-1])
+    z = query.new_empty(b, h, q_len)
+    w = torch.empty_like(z)
+    module.fused_attention(query, key_f, value_f, flipped, int(bias_offset), float(scale), out, z, w, Q_BLOCK,
+                           KV_BLOCK)
+    return out, z, w
