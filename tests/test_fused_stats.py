@@ -133,3 +133,20 @@ def test_the_fused_kernel_is_skipped_where_it_does_not_apply(monkeypatch):
     with torch.enable_grad():
         assert not fused.applies(q.requires_grad_(), 0.0)
     assert fused.applies(torch.zeros(1, 1, 4, 8), 0.0) == (KERNEL is not None)
+
+
+def test_a_kernel_that_cannot_be_built_warns_once_and_the_tiles_take_over(tmp_path, monkeypatch, caplog):
+    """No kernel (here: its source is missing): one warning that names the reason and the fix, and statistics
+    come from the explicit tiles, equal to the stock explicit softmax's."""
+    monkeypatch.setattr(fused, "SOURCE", tmp_path / "missing.cpp")
+    monkeypatch.setattr(fused, "_STATE", {})
+    ids, mask = _batch(300, padded=True)
+    with caplog.at_level("WARNING", logger=fused.__name__):
+        ours = _encode(ids, mask, 0.7, "always")
+        _encode(ids, mask, 0.7, "always")
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "missing.cpp" in warnings[0] and "ninja" in warnings[0]
+    assert fused._STATE == {"module": None}
+    stock = _encode(ids, mask, 0.7, "never")
+    for a, b in zip(ours, stock, strict=True):
+        assert (a - b).abs().max() <= TOL

@@ -2,19 +2,20 @@
 speed (paper A Algorithm 1's FindS; docs/design.md §9).
 
 The explicit tiles (:mod:`lengthx.attention.tiled_softmax`) write each tile of scores out and run the softmax
-as separate passes; that is what made statistics cost 1.4-1.6x the SDPA path at 8k-16k tokens. This kernel
-(``csrc/fused_stats.cpp``, a C++ torch extension built on first use) is a flash-style pass: scores in blocks of
-keys that stay in cache, an online softmax that keeps per query row the running maximum m and the sums
-Z = Σ e^{s−m} and W = Σ e^{s−m}·(s − m) (rescaled when m rises), then P_max = 1/Z and H = log Z − W/Z
-(:func:`lengthx.attention.stats.stats_from_sums`). Every row's sums come out of the same pass that computes
-the output, so ``row_stride`` only selects rows, it does not save work.
+as separate passes over it, several times the memory traffic of SDPA's fused kernel
+(``results/bench/attention.md`` compares them). This kernel (``csrc/fused_stats.cpp``, a C++ torch extension
+built on first use) is a flash-style pass: scores in blocks of keys that stay in cache, an online softmax that
+keeps per query row the running maximum m and the sums Z = Σ e^{s−m} and W = Σ e^{s−m}·(s − m) (rescaled when
+m rises), then P_max = 1/Z and H = log Z − W/Z (:func:`lengthx.attention.stats.stats_from_sums`). Every row's
+sums come out of the same pass that computes the output, so ``row_stride`` only selects rows, it does not
+save work.
 
 It covers what Algorithm 1 runs: CPU, fp32, no gradients, no dropout, keys that form one contiguous range per
 example (no mask, right or left padding). Anything else keeps the explicit tiles, which stay the reference; so
 does the layer-0 logit capture of Propositions 1-2, which sorts whole logit rows and so needs them written
-out. The extension is compiled once per machine, torch version and source (a C++ compiler and ``ninja``; about
-a minute) into torch's extension cache (``TORCH_EXTENSIONS_DIR``); when it cannot be built, one warning names
-the reason and the explicit tiles are used.
+out. The extension is compiled once per machine, torch version and source (a C++ compiler and ``ninja``) into
+torch's extension cache (``TORCH_EXTENSIONS_DIR``); when it cannot be built, one warning names the reason and
+the explicit tiles are used.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("csrc") / "fused_stats.cpp"
 ENV_SWITCH = "LENGTHX_FUSED_STATS"  # "0" turns the fused kernel off (the explicit tiles compute statistics)
 Q_BLOCK = 128  # query rows per task: a task is one (example, head, block of rows)
-KV_BLOCK = 512  # keys per block: a block of scores is 128 KiB, it and the key/value blocks stay in L2
+KV_BLOCK = 512  # keys per block: a block of scores is 256 KiB, it and the key/value blocks stay in L2
 
 # at::vec's SIMD width is chosen at compile time, so the extension is built for the capability torch detected
 _CAPABILITY_FLAGS = {
@@ -61,9 +62,12 @@ def load() -> Any | None:
 
 def _build() -> Any | None:
     cap = _capability()
-    digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + cap.encode()).hexdigest()[:12]
+    log.info("loading the fused statistics kernel %s (compiled on first use, once per machine and torch version)",
+             SOURCE.name)
     try:
         from torch.utils.cpp_extension import load as load_extension
+
+        digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + cap.encode()).hexdigest()[:12]
 
         return load_extension(name=f"lengthx_fused_{cap.lower()}_{digest}", sources=[str(SOURCE)],
                               extra_cflags=["-O3", *_CAPABILITY_FLAGS.get(cap, [])], verbose=False)

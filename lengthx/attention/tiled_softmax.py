@@ -166,7 +166,8 @@ def explicit_attention(call: ExplicitCall) -> None:
 def _explicit_blocks(call: ExplicitCall, block_elements: int) -> None:
     """The explicit path out of place, over blocks of query rows of all examples and heads (about
     ``block_elements`` scores each): for training (gradients flow to Q, K, V and the bias table) and on
-    accelerators (few, large kernels). Statistics (if any) from a detached copy of the scores. Writes the
+    accelerators (few, large kernels). Statistics (if any): without gradients from the same pass as the softmax
+    (``stats.softmax_sums_``, one exp per score), when training from a detached copy of the scores. Writes the
     block outputs into ``out`` (autograd-tracked copies when training).
     """
     module, query, key_f, value_f, mask, stats, out = (call.module, call.query, call.key_f, call.value_f,
@@ -185,15 +186,22 @@ def _explicit_blocks(call: ExplicitCall, block_elements: int) -> None:
             mrows = mask[:, :, :1] if independent else mask[:, :, q0:q1]
             mblk = to_additive(mrows, logits.dtype).flip(-1)
         x = logits if mblk is None else logits + mblk
+        p = None
         if stats is not None:
             rv, kv = _row_validity(call.row_range, mblk, q0, q1, b, n, x.device)
             if stats.wants_logits(module):
                 stats.add_logits(module, logits.detach(), rv, kv, tau=call.tau, grid_hint=call.grid_hint)
-            _, _, pmax, entropy = softmax_stats_(x.detach().float().clone())
+            if x.requires_grad:  # training: the statistics from a copy, the softmax stays differentiable
+                _, _, pmax, entropy = softmax_stats_(x.detach().float().clone())
+            else:  # one pass gives the softmax and the sums of both statistics (x is this block's own tensor)
+                e, z, weighted = softmax_sums_(x.float())
+                pmax, entropy = stats_from_sums(z, weighted)
+                p = (e / z[..., None]).to(value_f.dtype)
             pmaxes.append(pmax)
             entropies.append(entropy)
             oks.append(rv)
-        p = torch.softmax(x.float(), -1).to(value_f.dtype)
+        if p is None:
+            p = torch.softmax(x.float(), -1).to(value_f.dtype)
         p = F.dropout(p, call.p_drop, training=True) if call.p_drop else p
         out[:, :, q0:q1] = torch.matmul(p, value_f)
     if stats is not None:
