@@ -3,7 +3,7 @@ speed (paper A Algorithm 1's FindS; docs/design.md §9).
 
 The explicit tiles (:mod:`lengthx.attention.tiled_softmax`) write each tile of scores out and run the softmax
 as separate passes over it, several times the memory traffic of SDPA's fused kernel
-(``results/bench/attention.md`` compares them). This kernel (``csrc/fused_stats.cpp``, a C++ torch extension
+(``results/bench/attention.md`` compares them). This kernel (``csrc/fused_stats.cpp``, a C++ torch operator
 built on first use) is a flash-style pass: scores in blocks of keys that stay in cache, an online softmax that
 keeps per query row the running maximum m and the sums Z = Σ e^{s−m} and W = Σ e^{s−m}·(s − m) (rescaled when
 m rises), then P_max = 1/Z and H = log Z − W/Z (:func:`lengthx.attention.stats.stats_from_sums`). Every row's
@@ -51,8 +51,8 @@ def _capability() -> str:
 
 
 def load() -> Any | None:
-    """The compiled extension, building it on first use; None (after one warning) when it cannot be built or
-    ``LENGTHX_FUSED_STATS=0``."""
+    """The compiled kernel's operator namespace (``torch.ops.<name>``, with ``fused_attention``), building it on
+    first use; None (after one warning) when it cannot be built or ``LENGTHX_FUSED_STATS=0``."""
     if os.environ.get(ENV_SWITCH, "1") == "0":
         return None
     if "module" not in _STATE:
@@ -68,9 +68,10 @@ def _build() -> Any | None:
         from torch.utils.cpp_extension import load as load_extension
 
         digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + cap.encode()).hexdigest()[:12]
-
-        return load_extension(name=f"lengthx_fused_{cap.lower()}_{digest}", sources=[str(SOURCE)],
-                              extra_cflags=["-O3", *_CAPABILITY_FLAGS.get(cap, [])], verbose=False)
+        name = f"lengthx_fused_{cap.lower()}_{digest}"  # also the operator namespace: torch.ops.<name>
+        load_extension(name=name, sources=[str(SOURCE)], extra_cflags=["-O3", *_CAPABILITY_FLAGS.get(cap, [])],
+                       is_python_module=False, verbose=False)
+        return getattr(torch.ops, name)
     except Exception as exc:  # noqa: BLE001 - any build failure means: use the explicit tiles
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         log.warning("lengthx: the fused statistics kernel could not be built (%s); attention statistics use the "

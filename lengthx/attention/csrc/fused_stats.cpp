@@ -1,5 +1,6 @@
 // Fused T5 encoder attention over the flipped offset table, with the sums behind P_max and entropy
-// (paper A Algorithm 1's FindS; docs/design.md §9). Built on first use by lengthx/attention/fused.py.
+// (paper A Algorithm 1's FindS; docs/design.md §9). Built on first use by lengthx/attention/fused.py and
+// registered as the operator torch.ops.<extension name>.fused_attention (few headers: it compiles quickly).
 //
 // For every (example, head, block of query rows) the keys are read in blocks, flash-attention style: the
 // scores of a block are a small matrix product, the bias row of each query is a contiguous run of the
@@ -8,7 +9,10 @@
 // output accumulator is rescaled by α. At the end P_max = 1/Z and H = log Z − W/Z (lengthx.attention.stats).
 // Shifted scores are floored at EXP_FLOOR, as in the explicit path, so no denormals arise.
 
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/mm.h>
+#include <torch/library.h>
 
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/vec.h>
@@ -39,14 +43,14 @@ inline void blas_gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, float a
 // s (rows × cols, row-major) = scale · Q (rows × D) · K (cols × D)ᵀ.
 inline void block_scores(const float* q, const float* k, float* s, int64_t rows, int64_t cols, int64_t d,
                          float scale) {
-  if (sgemm_ != nullptr) {  // column-major: sᵀ (cols × rows) = Kᵀ-transposed times Q, i.e. op(K) = K as stored rows
+  if (sgemm_ != nullptr) {  // column-major views: K is D × cols, Q is D × rows; Kᵀ·Q (cols × rows) is s, row-major
     blas_gemm('T', 'N', cols, rows, d, scale, k, d, q, d, 0.0f, s, cols);
     return;
   }
-  auto opts = torch::TensorOptions().dtype(torch::kFloat32);
-  auto qt = torch::from_blob(const_cast<float*>(q), {rows, d}, opts);
-  auto kt = torch::from_blob(const_cast<float*>(k), {cols, d}, opts);
-  auto st = torch::from_blob(s, {rows, cols}, opts);
+  auto opts = at::TensorOptions().dtype(at::kFloat);
+  auto qt = at::from_blob(const_cast<float*>(q), {rows, d}, opts);
+  auto kt = at::from_blob(const_cast<float*>(k), {cols, d}, opts);
+  auto st = at::from_blob(s, {rows, cols}, opts);
   at::mm_out(st, qt, kt.t());
   st.mul_(scale);
 }
@@ -54,14 +58,14 @@ inline void block_scores(const float* q, const float* k, float* s, int64_t rows,
 // acc (rows × dv, row-major) = e (rows × cols) · V (cols × dv), added to acc unless first.
 inline void block_values(const float* e, const float* v, float* acc, int64_t rows, int64_t cols, int64_t dv,
                          bool first) {
-  if (sgemm_ != nullptr) {  // column-major: accᵀ (dv × rows) = Vᵀ·eᵀ
+  if (sgemm_ != nullptr) {  // column-major views: V is dv × cols, e is cols × rows; V·e (dv × rows) is acc, row-major
     blas_gemm('N', 'N', dv, rows, cols, 1.0f, v, dv, e, cols, first ? 0.0f : 1.0f, acc, dv);
     return;
   }
-  auto opts = torch::TensorOptions().dtype(torch::kFloat32);
-  auto et = torch::from_blob(const_cast<float*>(e), {rows, cols}, opts);
-  auto vt = torch::from_blob(const_cast<float*>(v), {cols, dv}, opts);
-  auto at_ = torch::from_blob(acc, {rows, dv}, opts);
+  auto opts = at::TensorOptions().dtype(at::kFloat);
+  auto et = at::from_blob(const_cast<float*>(e), {rows, cols}, opts);
+  auto vt = at::from_blob(const_cast<float*>(v), {cols, dv}, opts);
+  auto at_ = at::from_blob(acc, {rows, dv}, opts);
   if (first) {
     at::mm_out(at_, et, vt);
   } else {
@@ -142,11 +146,11 @@ inline void scale_row(float* x, float a, int64_t n) {
 // reversed. flipped (H, W): the flipped offset table; query row i and reversed key c read
 // flipped[h, i + bias_offset + c]. Writes out (B, H, Lq, Dv) = softmax(scale·QKᵀ + bias)·V and, per row,
 // z = Σ e^{s−m} and w = Σ e^{s−m}·(s − m) of the final maximum m (B, H, Lq).
-void fused_attention(const torch::Tensor& query, const torch::Tensor& key_f, const torch::Tensor& value_f,
-                     const torch::Tensor& flipped, int64_t bias_offset, double scale, torch::Tensor& out,
-                     torch::Tensor& z_out, torch::Tensor& w_out, int64_t q_block, int64_t kv_block) {
-  TORCH_CHECK(query.dtype() == torch::kFloat32 && key_f.dtype() == torch::kFloat32 &&
-                  value_f.dtype() == torch::kFloat32 && flipped.dtype() == torch::kFloat32,
+void fused_attention(const at::Tensor& query, const at::Tensor& key_f, const at::Tensor& value_f,
+                     const at::Tensor& flipped, int64_t bias_offset, double scale, const at::Tensor& out,
+                     const at::Tensor& z_out, const at::Tensor& w_out, int64_t q_block, int64_t kv_block) {
+  TORCH_CHECK(query.dtype() == at::kFloat && key_f.dtype() == at::kFloat &&
+                  value_f.dtype() == at::kFloat && flipped.dtype() == at::kFloat,
               "fused attention takes fp32 tensors");
   TORCH_CHECK(query.is_contiguous() && key_f.is_contiguous() && value_f.is_contiguous() &&
                   flipped.is_contiguous() && out.is_contiguous() && z_out.is_contiguous() &&
@@ -212,7 +216,8 @@ void fused_attention(const torch::Tensor& query, const torch::Tensor& key_f, con
   });
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("fused_attention", &fused_attention, "T5 encoder attention over the flipped offset table, with the sums "
-        "behind P_max and entropy (docs/design.md §9)");
+TORCH_LIBRARY(TORCH_EXTENSION_NAME, m) {
+  m.def("fused_attention(Tensor query, Tensor key_f, Tensor value_f, Tensor flipped, int bias_offset, float scale, "
+        "Tensor(a!) out, Tensor(b!) z_out, Tensor(c!) w_out, int q_block, int kv_block) -> ()");
+  m.impl("fused_attention", c10::DispatchKey::CPU, TORCH_FN(fused_attention));
 }
