@@ -313,6 +313,23 @@ def test_a_mistake_for_every_cell_stops_before_any_work(case, tiny_model_dir, tm
     assert not (tmp_path / "res").exists(), line  # nothing was started
 
 
+def test_flex_on_heads_below_its_minimum_stops_before_any_work(tmp_path, capsys, monkeypatch):
+    """attention.backend=flex on a local T5 with 8-dimensional heads (FlexAttention needs 16): exit 2 with one
+    line naming the file and attention.backend=sdpa, before the run writes anything; 16 passes the check."""
+    from conftest import byte_tokenizer, tiny_t5
+
+    model = tmp_path / "heads8"
+    tiny_t5(attn="sdpa", vocab_size=384).save_pretrained(model)  # d_kv 8
+    byte_tokenizer().save_pretrained(model)
+    status, err = cli(["run", *_overrides(model, tmp_path / "res"), "attention.backend=flex"], capsys, monkeypatch)
+    user_error(status, err, str(model / "config.json"), "d_kv) of 8", "attention.backend=sdpa")
+    assert not (tmp_path / "res").exists()
+    from lengthx.cli.validate import check_attention_backend
+
+    _with_config(model, d_kv=16)
+    check_attention_backend(compose(_overrides(model, tmp_path / "res") + ["attention.backend=flex"]))
+
+
 def test_a_sweep_checks_every_job_before_the_first_runs(tmp_path, capsys, monkeypatch):
     status, err = cli(["run", "-m", "task.only=[20k],[99k]", "task.num_examples=1", f"results_dir={tmp_path / 'r'}"],
                       capsys, monkeypatch)

@@ -73,8 +73,8 @@ def resolve_backend(backend: str, head_dim: int, with_stats: bool) -> str:
     if with_stats:
         return "explicit"
     if backend == "flex" and head_dim < FLEX_MIN_HEAD_DIM:
-        raise ValueError(f"attention.efficient.backend=flex needs a head dimension of at least {FLEX_MIN_HEAD_DIM} "
-                         f"(FlexAttention's kernel), this model's is {head_dim}: use attention.efficient.backend=sdpa")
+        raise ValueError(f"attention.backend=flex needs a head dimension of at least {FLEX_MIN_HEAD_DIM} "
+                         f"(FlexAttention's kernel), this model's is {head_dim}: use attention.backend=sdpa")
     return "sdpa" if backend == "auto" else backend
 
 

@@ -17,6 +17,7 @@ has its own (``conf/task/*.yaml``), and an unknown key is already refused when t
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -212,6 +213,7 @@ def validate_run_config(cfg: DictConfig, environment: bool = True, checked: set[
     path = cfg.model.get("path")
     if path and str(path) not in checked:
         check_model_dir(cfg.model)
+        check_attention_backend(cfg)
         checked.add(str(path))
     results_dir = str(cfg.results_dir)
     if results_dir not in checked:
@@ -249,6 +251,25 @@ def check_settings(cfg: DictConfig) -> None:
             raise ConfigError(f"setting {s.label} is {s.value:,} {s.unit} ({scale}, model.l_tr={cfg.model.l_tr}), "
                               f"outside 1 to {MAX_SETTING:,} (lengthx.cli.validate.MAX_SETTING). Fix: a smaller "
                               "model.l_tr or task.settings")
+
+
+def check_attention_backend(cfg: DictConfig) -> None:
+    """Raise :class:`ConfigError` when ``attention.backend=flex`` meets a local T5 whose head dimension
+    (``d_kv`` of its ``config.json``) is below FlexAttention's minimum, which would otherwise stop the run at its
+    first long input (docs/design.md §9)."""
+    attention = cfg.get("attention") or {}
+    if str(attention.get("backend", "auto")) != "flex" or not cfg.model.get("path"):
+        return
+    config = Path(str(cfg.model.path)) / "config.json"
+    try:
+        d_kv = json.loads(config.read_text()).get("d_kv")
+    except (OSError, ValueError, AttributeError):
+        return  # check_model_dir has judged the checkpoint; a model without d_kv is not a T5
+    from lengthx.attention.t5_bias import FLEX_MIN_HEAD_DIM
+
+    if isinstance(d_kv, int) and d_kv < FLEX_MIN_HEAD_DIM:
+        raise ConfigError(f"attention.backend=flex: {config} gives a head dimension (d_kv) of {d_kv}, below "
+                          f"FlexAttention's minimum of {FLEX_MIN_HEAD_DIM}. Fix: attention.backend=sdpa (or auto)")
 
 
 def check_device(device: str) -> None:
