@@ -53,6 +53,10 @@ COLUMNS = [
     "timestamp", "data",
 ]
 HEADER = ",".join(COLUMNS)
+NUMERIC_COLUMNS = ("value", "n", "tau", "L_tr", "L_req", "L_ex", "seed", "seconds")
+# every other column is text, read as text: a commit such as 8559e63 or a hash of digits only is an identity,
+# never a number (pandas would read 8559e63 as 8.559e+66 and 0123 as 123)
+TEXT_COLUMNS = tuple(c for c in COLUMNS if c not in NUMERIC_COLUMNS)
 # results.csv files written before rows named their data (the last column): read with ``data`` empty (unknown);
 # the next append rewrites the file (atomically) with the current header, every older row gaining an empty field
 LEGACY_COLUMNS = COLUMNS[:-1]
@@ -505,7 +509,7 @@ class ResultsStore:
             rows = [r for k, r in enumerate(rows) if k not in skip]
         width = len(COLUMNS)
         clean = csv_text([COLUMNS] + [r + [""] * (width - len(r)) for r in rows])
-        df = pd.read_csv(io.StringIO(clean), dtype={"setting": str, "data": str}, keep_default_na=False,
+        df = pd.read_csv(io.StringIO(clean), dtype=dict.fromkeys(TEXT_COLUMNS, str), keep_default_na=False,
                          na_values=[""])
         df["data"] = df["data"].fillna("")  # "" = unknown: a row written before rows named their data
         return df
