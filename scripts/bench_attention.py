@@ -63,28 +63,36 @@ def _nominal_flops(lengths: list[int]) -> float:
     return total
 
 
-def _child(variant: str, length: int, repeats: int, threads: int) -> dict:
+def _encoder(base: str, threads: int):  # noqa: ANN202 - a transformers T5EncoderModel
+    """The benchmark's seeded random encoder for variant ``base`` (stock eager/sdpa, or lengthx's paths)."""
     import torch
 
     if threads > 0:
         torch.set_num_threads(threads)
     from transformers import T5Config, T5EncoderModel
 
-    from lengthx.attention.stats import AttentionStats
     from lengthx.attention.t5_bias import enable_efficient_t5
     from lengthx.attention.temperature import ATTN_NAME, register
 
     torch.manual_seed(0)
+    register()
+    model = T5EncoderModel(T5Config(**CONFIG)).eval()
+    model.set_attn_implementation({"eager": "eager", "sdpa": "sdpa"}.get(base, ATTN_NAME))
+    if base.startswith("ours"):
+        enable_efficient_t5(model, mode="always", backend="explicit" if base == "ours-explicit" else "auto")
+    return model
+
+
+def _child(variant: str, length: int, repeats: int, threads: int) -> dict:
+    import torch
+
+    from lengthx.attention.stats import AttentionStats
+
     base = variant.removesuffix("-pad")
     if base.endswith("-tiles"):  # the explicit tiles compute the statistics (before the fused kernel)
         os.environ["LENGTHX_FUSED_STATS"] = "0"
         base = base.removesuffix("-tiles")
-    attn = {"eager": "eager", "sdpa": "sdpa"}.get(base, ATTN_NAME)
-    register()
-    model = T5EncoderModel(T5Config(**CONFIG)).eval()
-    model.set_attn_implementation(attn)
-    if base.startswith("ours"):
-        enable_efficient_t5(model, mode="always", backend="explicit" if base == "ours-explicit" else "auto")
+    model = _encoder(base, threads)
     padded = variant.endswith("-pad")
     lengths = [length, (3 * length) // 4] if padded else [length]
     ids = torch.randint(3, CONFIG["vocab_size"], (len(lengths), length))
@@ -128,20 +136,9 @@ def _profile_child(length: int, threads: int) -> dict:
     """Self CPU time of one ``ours`` forward by kind of op (torch profiler): SDPA's fused attention kernel,
     the dense matmuls (projections, feed-forward), the rest; with the nominal FLOPs of the first two."""
     import torch
-
-    if threads > 0:
-        torch.set_num_threads(threads)
     from torch.profiler import ProfilerActivity, profile
-    from transformers import T5Config, T5EncoderModel
 
-    from lengthx.attention.t5_bias import enable_efficient_t5
-    from lengthx.attention.temperature import ATTN_NAME, register
-
-    torch.manual_seed(0)
-    register()
-    model = T5EncoderModel(T5Config(**CONFIG)).eval()
-    model.set_attn_implementation(ATTN_NAME)
-    enable_efficient_t5(model, mode="always")
+    model = _encoder("ours", threads)
     ids = torch.randint(3, CONFIG["vocab_size"], (1, length))
     with torch.inference_mode():
         model(input_ids=ids[:, :256])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import tiny_t5
+from test_efficient_attention import _batch
 
 from lengthx.attention import fused
 from lengthx.attention.stats import AttentionStats, softmax_stats_, stats_from_sums
@@ -19,20 +20,7 @@ KERNEL = fused.load()
 needs_kernel = pytest.mark.skipif(KERNEL is None, reason="the fused kernel could not be built here (no compiler)")
 
 
-def _batch(length: int, padded: bool, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Two sequences; padded: the first right-padded by a third, the second left-padded by a fifth."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, 64, (2, length), generator=g)
-    if not padded:
-        return ids, None
-    mask = torch.ones(2, length, dtype=torch.long)
-    mask[0, length - length // 3:] = 0
-    mask[1, : length // 5] = 0
-    ids[mask == 0] = 0
-    return ids, mask
-
-
-def _encode(ids: torch.Tensor, mask: torch.Tensor | None, tau: float, efficient: str,
+def _encode(ids: torch.Tensor, mask: torch.Tensor, tau: float, efficient: str,
             row_stride: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Encoder output and per-(layer, head) P_max and entropy of a 2-layer random T5 at τ."""
     model = tiny_t5(d_kv=16)  # 4 heads of 16
@@ -65,7 +53,7 @@ def _paths(monkeypatch, ids, mask, tau, row_stride=1):
 def test_fused_statistics_equal_the_explicit_paths(monkeypatch, length, padded, tau):
     """Every query row, fp32: output, P_max and entropy of the fused pass equal the explicit tiles' and the stock
     explicit softmax's to 1e-5, at lengths of one to three key blocks, with and without padding."""
-    (ours, tiles, stock), calls = _paths(monkeypatch, *_batch(length, padded), tau)
+    (ours, tiles, stock), calls = _paths(monkeypatch, *_batch(length, padded, size=2)[:2], tau)
     assert calls == [4 if padded else 2, 0, 0]  # 2 layers × 2 key ranges with padding; only in the first run
     for name, ref in (("tiles", tiles), ("stock", stock)):
         for what, a, b in zip(("output", "P_max", "entropy"), ours, ref, strict=True):
@@ -78,7 +66,7 @@ def test_fused_statistics_equal_the_explicit_paths(monkeypatch, length, padded, 
 def test_fused_row_stride_reads_the_sampled_rows(monkeypatch, row_stride):
     """With ``row_stride`` the fused pass keeps every row_stride-th row, the rows the sampled path computes
     explicitly: the same S̄ to 1e-5, and different from every row's (so the stride is really applied)."""
-    ids, mask = _batch(900, padded=True, seed=1)
+    ids, mask, _ = _batch(900, padded=True, seed=1, size=2)
     (ours, tiles, stock), calls = _paths(monkeypatch, ids, mask, 0.6, row_stride)
     assert calls == [4, 0, 0]
     for ref in (tiles, stock):
@@ -140,7 +128,7 @@ def test_a_kernel_that_cannot_be_built_warns_once_and_the_tiles_take_over(tmp_pa
     come from the explicit tiles, equal to the stock explicit softmax's."""
     monkeypatch.setattr(fused, "SOURCE", tmp_path / "missing.cpp")
     monkeypatch.setattr(fused, "_STATE", {})
-    ids, mask = _batch(300, padded=True)
+    ids, mask, _ = _batch(300, padded=True, size=2)
     with caplog.at_level("WARNING", logger=fused.__name__):
         ours = _encode(ids, mask, 0.7, "always")
         _encode(ids, mask, 0.7, "always")

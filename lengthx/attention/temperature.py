@@ -100,8 +100,8 @@ def temperature_attention(
     call = AttentionCall(module, query, key, value, attention_mask, scaling, dropout, position_bias,
                          tau=module_tau(module), stats=getattr(module, STATS_ATTR, None))
     stats = call.stats
-    fuses = getattr(position_bias, "lengthx_efficient", False) and position_bias.fuses_statistics(call)
-    if stats is not None and stats.row_stride > 1 and not stats.wants_logits(module) and not fuses:
+    if (stats is not None and stats.row_stride > 1 and not stats.wants_logits(module)
+            and not (getattr(position_bias, "lengthx_efficient", False) and position_bias.fuses_statistics(call))):
         sampled_statistics(call)
         call = replace(call, stats=None)
     return _attend(call, **kwargs)
