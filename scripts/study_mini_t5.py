@@ -104,13 +104,13 @@ def select(snaps: list[Snapshot]) -> Snapshot | None:
 
 # ---- measuring ---------------------------------------------------------------------------------------------
 def run_config(snap: Snapshot, results: Path, task: str, method: str, lengths: list[int], examples: int,
-               calibration: int) -> Any:
+               calibration: int, device: str = "auto") -> Any:
     from lengthx.models.minis import compose_run
 
     return compose_run([
         "model=mini-t5", f"model.path={snap.path}", f"model.l_tr={L_TR}", f"task={task}", f"method={method}",
         f"task.settings=[{','.join(map(str, lengths))}]", "task.unit=tokens", f"task.num_examples={examples}",
-        f"results_dir={results / snap.name}", f"calibration.num_examples={calibration}",
+        f"results_dir={results / snap.name}", f"calibration.num_examples={calibration}", f"device={device}",
     ])
 
 
@@ -122,10 +122,12 @@ def measure(snap: Snapshot, args: argparse.Namespace) -> None:
     results = Path(args.results)
     for task in args.tasks:
         for method in METHODS:
-            cfg = run_config(snap, results, task, method, args.lengths, args.examples, args.calibration)
+            cfg = run_config(snap, results, task, method, args.lengths, args.examples, args.calibration,
+                             args.device)
             for cell in Runner(cfg).run():
                 print(f"{snap.name}: {cell['cell']} {cell['status']} {cell.get('value', '')}", flush=True)
-        stats_cfg = run_config(snap, results, task, "none", [max(args.lengths)], args.examples, args.stats_examples)
+        stats_cfg = run_config(snap, results, task, "none", [max(args.lengths)], args.examples, args.stats_examples,
+                               args.device)
         run_statistics(Runner(stats_cfg))
 
 
@@ -165,8 +167,10 @@ def summarize(snap: Snapshot, results: Path, lengths: list[int]) -> dict[str, An
                 if m != "none":
                     cell["delta"] = list(difference_ci(values, [scores["none"][i] for i in ids]))
                 entry["methods"][m] = cell
-            if length != lengths[0] and sorted(base) == ids:
-                entry["vs_l_tr"] = list(difference_ci([scores["none"][i] for i in ids], [base[i] for i in ids]))
+            common = sorted(set(base) & set(ids))  # a length may have more examples than L_tr, or fewer
+            if length != lengths[0] and common:
+                entry["vs_l_tr"] = list(difference_ci([scores["none"][i] for i in common], [base[i] for i in common]))
+                entry["vs_l_tr_n"] = len(common)
             cells[str(length)] = entry
         out["tasks"][task] = cells
         stats = {}
@@ -203,7 +207,8 @@ def render_markdown(summaries: list[dict[str, Any]], picked: str | None, every: 
     out = ["# mini-t5 retrieval study: measured (scripts/study_mini_t5.py)", "",
            "Rendered from the records in this directory by `python scripts/study_mini_t5.py --render-only`; "
            "do not edit by hand. Accuracy in % with 95% Wilson intervals; Δ: paired difference to τ = 1 on the same "
-           "examples, 95% Newcombe interval (* = excludes 0); `vs L_tr`: τ = 1's paired change against L_tr.", "",
+           "examples, 95% Newcombe interval (* = excludes 0); `vs L_tr`: τ = 1's paired change against L_tr, on the examples both lengths scored "
+           "(their number in parentheses where it is not the row's n).", "",
            "**Selection rule** (fixed before any τ was measured): the earliest snapshot of training seed 0 whose "
            f"card reports held-out accuracy at L_tr ≥ {BAR['passkey']:.0f}% on passkey and ≥ {BAR['topics']:.0f}% on "
            "topics (n = 100); else the next seed's earliest; if none is at the bar, seed 0's snapshot with the highest "
@@ -229,7 +234,10 @@ def render_markdown(summaries: list[dict[str, Any]], picked: str | None, every: 
                     "|" + "---|" * (4 + 2 * (len(METHODS) - 1))]
             for cell in cells.values():
                 ms = cell["methods"]
-                parts = [f"{cell['L_ex'] / L_TR:.1f}", str(cell["n"]), _pct(ms["none"]), _delta(cell.get("vs_l_tr"))]
+                vs = _delta(cell.get("vs_l_tr"))
+                if cell.get("vs_l_tr_n", cell["n"]) != cell["n"]:
+                    vs += f" ({cell['vs_l_tr_n']})"
+                parts = [f"{cell['L_ex'] / L_TR:.1f}", str(cell["n"]), _pct(ms["none"]), vs]
                 for m in METHODS[1:]:
                     c = ms.get(m)
                     parts += [f"{_pct(c)} ({c['tau']:.2f})", _delta(c.get("delta"))] if c else ["–", "–"]
@@ -359,6 +367,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ship", default=None, help="copy the snapshot the rule picks into this directory and stop "
                    "(make mini-t5: lengthx/checkpoints/mini-t5)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="auto", help="the harness's device (auto = cuda > mps > cpu); each "
+                   "results row records the device that computed it")
     args = p.parse_args(argv)
     results = Path(args.results)
     if args.ship:
