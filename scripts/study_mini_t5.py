@@ -138,7 +138,8 @@ def summarize(snap: Snapshot, results: Path, lengths: list[int]) -> dict[str, An
     store = ResultsStore(results / snap.name)
     ok = latest_ok(store.read())
     out: dict[str, Any] = {"snapshot": snap.name, "seed": snap.seed, "step": snap.step,
-                           "held_out": {t: snap.held_out(t) for t in TASKS}, "tasks": {}, "stats": {}}
+                           "held_out": {t: snap.held_out(t) for t in TASKS}, "tasks": {}, "stats": {},
+                           "devices": sorted({str(d) for d in ok[ok.metric == "accuracy"].device})}
 
     def row(method: str, task: str, label: str, metric: str) -> Any:
         hit = ok[(ok.method == method) & (ok.task == task) & (ok.setting == label) & (ok.metric == metric)]
@@ -202,26 +203,30 @@ def _picked(picked: str | None, every: list[Snapshot]) -> str:
     return f"**Picked: {picked}**" + ("." if hit.meets_bar() else " (by the fallback: no snapshot is at the topics bar).")
 
 
-def render_markdown(summaries: list[dict[str, Any]], picked: str | None, every: list[Snapshot]) -> str:
-    """study.md: the selection, then one table per snapshot and task, then the dispersal statistics."""
+def render_markdown(summaries: list[dict[str, Any]], picked: str | None, every: list[Snapshot],
+                    agreement: list[dict[str, Any]] | None = None) -> str:
+    """study.md: the selection, then one table per snapshot and task, the dispersal statistics, and cells measured
+    on two devices (:func:`device_agreement`)."""
     out = ["# mini-t5 retrieval study: measured (scripts/study_mini_t5.py)", "",
            "Rendered from the records in this directory by `python scripts/study_mini_t5.py --render-only`; "
            "do not edit by hand. Accuracy in % with 95% Wilson intervals; Δ: paired difference to τ = 1 on the same "
-           "examples, 95% Newcombe interval (* = excludes 0); `vs L_tr`: τ = 1's paired change against L_tr, on the examples both lengths scored "
-           "(their number in parentheses where it is not the row's n).", "",
+           "examples, 95% Newcombe interval (* = excludes 0); `vs L_tr`: τ = 1's paired change against L_tr, on "
+           "the examples both lengths scored (their number in parentheses where it is not the row's n). `on`: the "
+           "device that computed the snapshot's cells (a results row records it).", "",
            "**Selection rule** (fixed before any τ was measured): the earliest snapshot of training seed 0 whose "
            f"card reports held-out accuracy at L_tr ≥ {BAR['passkey']:.0f}% on passkey and ≥ {BAR['topics']:.0f}% on "
            "topics (n = 100); else the next seed's earliest; if none is at the bar, seed 0's snapshot with the highest "
            "held-out topics among those at the passkey bar (fallback, added before any topics cell past L_tr was "
            "measured). " + _picked(picked, every), "",
-           "| snapshot | held-out passkey @ L_tr | held-out topics @ L_tr | meets the bar | cells measured |",
-           "|---|---|---|---|---|"]
+           "| snapshot | held-out passkey @ L_tr | held-out topics @ L_tr | meets the bar | cells measured | on |",
+           "|---|---|---|---|---|---|"]
     measured = {s["snapshot"]: sum(len(c["methods"]) for cells in s["tasks"].values() for c in cells.values())
                 for s in summaries}
+    devices = {s["snapshot"]: ", ".join(s["devices"]) for s in summaries}
     for snap in every:
         out.append(f"| {snap.name} | {snap.held_out('passkey'):.0f} | {snap.held_out('topics'):.0f} | "
                    f"{'yes' if snap.meets_bar() else 'no'} | {measured.get(snap.name, 0)} of "
-                   f"{len(TASKS) * len(DEFAULT_LENGTHS) * len(METHODS)} |")
+                   f"{len(TASKS) * len(DEFAULT_LENGTHS) * len(METHODS)} | {devices.get(snap.name, '')} |")
     out.append("")
     for s in summaries:
         for task in TASKS:
@@ -251,7 +256,37 @@ def render_markdown(summaries: list[dict[str, Any]], picked: str | None, every: 
                 a, b = stats.values()
                 out.append(f"| {s['snapshot']} | {task} | {a['l0_pmax']:.3f} → {b['l0_pmax']:.3f} | "
                            f"{a['attn_pmax']:.3f} → {b['attn_pmax']:.3f} | {a['attn_entropy']:.2f} → {b['attn_entropy']:.2f} |")
+    if agreement:
+        out += ["", "## The same cells on two devices (`device-check/`)", "",
+                "Cells measured once on one device (a store under `device-check/`) and again, from scratch, on "
+                "another (the snapshot's own store): the examples both scored under the same cell hash, and how many "
+                "of them have the same prompt, the same generated answer and the same score.", "",
+                "| snapshot | cell | devices | examples | same prompt | same answer | same score |",
+                "|---|---|---|---|---|---|---|"]
+        out += [f"| {a['snapshot']} | {a['cell'].replace('|', ' ')} | {a['devices']} | {a['n']} | {a['prompt']} | {a['output']} | "
+                f"{a['score']} |" for a in agreement]
     return "\n".join(out) + "\n"
+
+
+def device_agreement(results: Path) -> list[dict[str, Any]]:
+    """Cells of ``<results>/device-check/seed<S>/step-<N>/`` (a store computed on another device, finished or
+    not) against the same cells of the snapshot's own store, example by example under the same cell hash."""
+    out = []
+    for check in sorted((results / "device-check").glob("seed*/step-*")):
+        other, own = ResultsStore(check), ResultsStore(results / check.parent.name / check.name)
+        rows, other_rows = own.read(), other.read()
+        for cell in sorted(set(rows[rows.metric == "accuracy"].cell)):
+            a, b = other.load_records(cell), own.load_records(cell)
+            ids = [i for i in a if i in b and a[i].get("config_hash") == b[i].get("config_hash")]
+            if not ids:
+                continue
+            devices = (*other_rows.device.astype(str), *rows[rows.cell == cell].device.astype(str))
+            out.append({"snapshot": f"{check.parent.name}/{check.name}", "cell": cell, "n": len(ids),
+                        "devices": " / ".join(dict.fromkeys(devices)),
+                        "prompt": sum(a[i]["prompt_hash"] == b[i]["prompt_hash"] for i in ids),
+                        "output": sum(a[i]["output"] == b[i]["output"] for i in ids),
+                        "score": sum(a[i]["scores"] == b[i]["scores"] for i in ids)})
+    return out
 
 
 def figures(summaries: list[dict[str, Any]], results: Path) -> list[Path]:
@@ -305,7 +340,9 @@ def study(results: Path, lengths: list[int]) -> tuple[str, dict[str, Any]]:
     summaries = [summarize(s, results, lengths) for s in every if (results / s.name / "results.csv").is_file()]
     picked = select(every)
     name = picked.name if picked else None
-    return render_markdown(summaries, name, every), {"picked": name, "snapshots": summaries}
+    agreement = device_agreement(results)
+    return render_markdown(summaries, name, every, agreement), {"picked": name, "snapshots": summaries,
+                                                                "device_agreement": agreement}
 
 
 def render(results: Path, lengths: list[int]) -> str:

@@ -69,3 +69,29 @@ def test_study_md_is_rendered_from_the_committed_records():
         for task, cells in snap["tasks"].items():
             for cell in cells.values():
                 assert cell["n"] >= 60, (snap["snapshot"], task, cell["n"])
+
+
+def test_device_agreement_counts_example_by_example(tmp_path):
+    """The device-check section compares the records of one cell on two devices: a changed answer (and its
+    score) in one store is counted as different, and an example of another cell hash is not compared."""
+    import shutil
+
+    s = _script()
+    snap = Path("seed0") / "step-01300"
+    if not (STUDY / "device-check" / snap).is_dir():
+        pytest.skip("no device-check store for seed0/step-01300")
+    shutil.copytree(STUDY / snap, tmp_path / snap)
+    shutil.copytree(STUDY / "device-check" / snap, tmp_path / "device-check" / snap)
+    before = {a["cell"]: a for a in s.device_agreement(tmp_path)}
+    cell = "mini-t5|none|passkey|256tokens"
+    assert before[cell]["n"] == before[cell]["prompt"] == before[cell]["output"] == before[cell]["score"] > 0
+
+    path = tmp_path / "device-check" / snap / "records" / "mini-t5_none_passkey_256tokens.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    lines[0]["output"], lines[0]["scores"] = "wrong", {"accuracy": 0.0}
+    lines[1]["config_hash"] = "another"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    after = {a["cell"]: a for a in s.device_agreement(tmp_path)}[cell]
+    assert after["n"] == before[cell]["n"] - 1  # the example of another hash is left out
+    assert after["prompt"] == after["n"]
+    assert after["output"] == after["score"] == before[cell]["n"] - 2  # ... and the changed one counts as different
