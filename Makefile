@@ -6,7 +6,7 @@ LX     := $(BIN)/lengthx
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-fast demo bench gpu-wheels bench-gpu tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5 mini-t5-lm mini-t5-lm-study mini-t5-study lint clean
+.PHONY: gpu-study-carry install test test-fast demo bench gpu-wheels bench-gpu tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5 mini-t5-lm mini-t5-lm-study mini-t5-study lint clean
 
 install: $(VENV)/.installed
 
@@ -49,7 +49,22 @@ bench: install
 
 # Pure-Python packages a bare GPU machine may lack (docs/gpu.md), as wheels in .whl/ (git-ignored).
 gpu-wheels: install
-	$(BIN)/python -m pip wheel -q --no-deps -w .whl wonderwords==3.0.1 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3
+	$(BIN)/python -m pip wheel -q --no-deps -w .whl wonderwords==3.0.1 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3 \
+		hydra-core==1.3.8 transformers==$$($(BIN)/python -c "import transformers; print(transformers.__version__)")
+
+# The carry of scripts/gpu_study.sh (docs/gpu.md): SNAPSHOTS="seed0/step-00300 ..." of results/mini-t5-study, their
+# tokenizer (the same in every snapshot, checked) once
+STUDY_SNAPSHOTS := results/mini-t5-study/snapshots
+gpu-study-carry:
+	@test -n "$(SNAPSHOTS)" || { echo 'SNAPSHOTS is empty. Fix: make gpu-study-carry SNAPSHOTS="seed0/step-00300 ..."'; exit 2; }
+	rm -rf .device-carry/study && mkdir -p .device-carry/study/snapshots
+	cp $(STUDY_SNAPSHOTS)/$(firstword $(SNAPSHOTS))/tokenizer.json .device-carry/study/
+	for s in $(SNAPSHOTS); do \
+		cmp -s $(STUDY_SNAPSHOTS)/$$s/tokenizer.json .device-carry/study/tokenizer.json || { echo "$$s: another tokenizer. Fix: carry it in its own call"; exit 2; }; \
+		mkdir -p .device-carry/study/snapshots/$$s && cp $(STUDY_SNAPSHOTS)/$$s/* .device-carry/study/snapshots/$$s/ && \
+		rm .device-carry/study/snapshots/$$s/tokenizer.json || exit 2; \
+	done
+	du -sh .device-carry .whl
 
 # Both papers at the paper models' shapes on one GPU (about 10 minutes): results/bench/gpu.md
 bench-gpu: install
