@@ -5,6 +5,8 @@ BIN    := $(VENV)/bin
 LX     := $(BIN)/lengthx
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
+# The suite runs in one process per core (pytest-xdist, at most 4), each test file in one of them, one thread each.
+PYTEST_PARALLEL ?= -n auto --maxprocesses 4 --dist loadfile
 
 .PHONY: gpu-study-carry install test test-fast demo bench gpu-wheels bench-gpu tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5 mini-t5-lm mini-t5-lm-study mini-t5-study lint clean
 
@@ -21,12 +23,12 @@ $(VENV)/.installed: pyproject.toml
 # The architecture contracts first (pyproject [tool.importlinter]: layers, paper A ⟂ paper B, no cycles).
 test: install
 	$(BIN)/lint-imports
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
+	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests $(PYTEST_PARALLEL); rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
 
 # The inner loop: the same, without the tests marked slow.
 test-fast: install
 	$(BIN)/lint-imports
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests -m "not slow"; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
+	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests -m "not slow" $(PYTEST_PARALLEL); rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
 
 # The main job on a demo-sized slice: the Flan-T5 stand-in on LongEval topics (paper A, Table 4) at its training
 # length and at the mini profile's shortest topics setting (5 topics, about 5x L_tr), τ = 1 beside P_max
