@@ -3,6 +3,8 @@ explicit tiles and the stock explicit softmax."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import tiny_t5
@@ -108,6 +110,32 @@ def test_the_check_fails_on_a_wrong_accumulator(tmp_path, monkeypatch):
     out_err, pmax_err, entropy_err = _kernel_errors(module)
     assert out_err <= TOL and pmax_err <= TOL  # only the entropy accumulator is wrong
     assert entropy_err > 100 * TOL
+
+
+@needs_kernel
+def test_another_checkout_of_the_same_source_reuses_the_compiled_kernel(tmp_path, monkeypatch):
+    """The kernel compiles a copy of its source kept in the build directory, so the same source at another
+    path (a second clone, a moved checkout) finds the compiled library up to date instead of rebuilding it."""
+    import hashlib
+
+    from torch.utils.cpp_extension import _get_build_directory
+
+    cap = fused._capability()
+    text = fused.SOURCE.read_bytes()
+    name = f"lengthx_fused_{cap.lower()}_" + hashlib.sha256(
+        text + torch.__version__.encode() + cap.encode()).hexdigest()[:12]
+    build = Path(_get_build_directory(name, verbose=False))
+    library = build / f"{name}.so"
+    assert library.is_file() and (build / fused.SOURCE.name).read_bytes() == text
+    assert str(fused.SOURCE) not in (build / "build.ninja").read_text()  # the checkout's path is not compiled
+    before = library.stat().st_mtime_ns
+    clone = tmp_path / "clone" / "csrc" / fused.SOURCE.name
+    clone.parent.mkdir(parents=True)
+    clone.write_bytes(text)
+    monkeypatch.setattr(fused, "SOURCE", clone)
+    assert fused._build() is not None
+    assert library.stat().st_mtime_ns == before
+    assert str(clone) not in (build / "build.ninja").read_text()
 
 
 def test_the_fused_kernel_is_skipped_where_it_does_not_apply(monkeypatch):

@@ -60,6 +60,24 @@ def load() -> Any | None:
     return _STATE["module"]
 
 
+def build_directory(name: str, text: bytes) -> tuple[Path, Path]:
+    """The extension's build directory in torch's cache and the copy of the source compiled there.
+
+    ninja rebuilds when a compile command changes, and the command names the source's path; compiling a copy
+    kept beside the build (written once: ``name`` carries the source's digest) keeps that path the same for
+    every checkout of the repository, so a second clone or a moved checkout reuses the compiled kernel."""
+    from torch.utils.cpp_extension import _get_build_directory  # where load() builds ``name`` by default
+
+    build = Path(_get_build_directory(name, verbose=False))
+    build.mkdir(parents=True, exist_ok=True)
+    source = build / SOURCE.name
+    if not source.is_file() or source.read_bytes() != text:
+        part = source.with_name(f"{source.name}.{os.getpid()}.part")
+        part.write_bytes(text)
+        os.replace(part, source)
+    return build, source
+
+
 def _build() -> Any | None:
     cap = _capability()
     log.info("loading the fused statistics kernel %s (compiled on first use, once per machine and torch version)",
@@ -67,10 +85,12 @@ def _build() -> Any | None:
     try:
         from torch.utils.cpp_extension import load as load_extension
 
-        digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + cap.encode()).hexdigest()[:12]
+        text = SOURCE.read_bytes()
+        digest = hashlib.sha256(text + torch.__version__.encode() + cap.encode()).hexdigest()[:12]
         name = f"lengthx_fused_{cap.lower()}_{digest}"  # also the operator namespace: torch.ops.<name>
-        load_extension(name=name, sources=[str(SOURCE)], extra_cflags=["-O3", *_CAPABILITY_FLAGS.get(cap, [])],
-                       is_python_module=False, verbose=False)
+        build, source = build_directory(name, text)
+        load_extension(name=name, sources=[str(source)], extra_cflags=["-O3", *_CAPABILITY_FLAGS.get(cap, [])],
+                       build_directory=str(build), is_python_module=False, verbose=False)
         return getattr(torch.ops, name)
     except Exception as exc:  # noqa: BLE001 - any build failure means: use the explicit tiles
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
