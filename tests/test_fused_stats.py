@@ -116,14 +116,10 @@ def test_the_check_fails_on_a_wrong_accumulator(tmp_path, monkeypatch):
 def test_another_checkout_of_the_same_source_reuses_the_compiled_kernel(tmp_path, monkeypatch):
     """The kernel compiles a copy of its source kept in the build directory, so the same source at another
     path (a second clone, a moved checkout) finds the compiled library up to date instead of rebuilding it."""
-    import hashlib
-
     from torch.utils.cpp_extension import _get_build_directory
 
-    cap = fused._capability()
     text = fused.SOURCE.read_bytes()
-    name = f"lengthx_fused_{cap.lower()}_" + hashlib.sha256(
-        text + torch.__version__.encode() + cap.encode()).hexdigest()[:12]
+    name = fused.extension_name(text, fused._capability())
     build = Path(_get_build_directory(name, verbose=False))
     library = build / f"{name}.so"
     assert library.is_file() and (build / fused.SOURCE.name).read_bytes() == text

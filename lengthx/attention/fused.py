@@ -60,6 +60,13 @@ def load() -> Any | None:
     return _STATE["module"]
 
 
+def extension_name(text: bytes, cap: str) -> str:
+    """The extension's name for this source, torch version and CPU capability; also its operator namespace
+    (``torch.ops.<name>``)."""
+    digest = hashlib.sha256(text + torch.__version__.encode() + cap.encode()).hexdigest()[:12]
+    return f"lengthx_fused_{cap.lower()}_{digest}"
+
+
 def build_directory(name: str, text: bytes) -> tuple[Path, Path]:
     """The extension's build directory in torch's cache and the copy of the source compiled there.
 
@@ -86,8 +93,7 @@ def _build() -> Any | None:
         from torch.utils.cpp_extension import load as load_extension
 
         text = SOURCE.read_bytes()
-        digest = hashlib.sha256(text + torch.__version__.encode() + cap.encode()).hexdigest()[:12]
-        name = f"lengthx_fused_{cap.lower()}_{digest}"  # also the operator namespace: torch.ops.<name>
+        name = extension_name(text, cap)
         build, source = build_directory(name, text)
         load_extension(name=name, sources=[str(source)], extra_cflags=["-O3", *_CAPABILITY_FLAGS.get(cap, [])],
                        build_directory=str(build), is_python_module=False, verbose=False)

@@ -17,7 +17,6 @@ has its own (``conf/task/*.yaml``), and an unknown key is already refused when t
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -260,12 +259,12 @@ def check_attention_backend(cfg: DictConfig) -> None:
     attention = cfg.get("attention") or {}
     if str(attention.get("backend", "auto")) != "flex" or not cfg.model.get("path"):
         return
-    config = Path(str(cfg.model.path)) / "config.json"
-    try:
-        d_kv = json.loads(config.read_text()).get("d_kv")
-    except (OSError, ValueError, AttributeError):
-        return  # check_model_dir has judged the checkpoint; a model without d_kv is not a T5
     from lengthx.attention.t5_bias import FLEX_MIN_HEAD_DIM
+    from lengthx.models.loading import read_json_file
+
+    config = Path(str(cfg.model.path)) / "config.json"
+    data = read_json_file(config, str(cfg.model.name))  # check_model_dir has read it already: a JSON object
+    d_kv = data.get("d_kv") if isinstance(data, dict) else None  # a model without d_kv is not a T5
 
     if isinstance(d_kv, int) and d_kv < FLEX_MIN_HEAD_DIM:
         raise ConfigError(f"attention.backend=flex: {config} gives a head dimension (d_kv) of {d_kv}, below "
