@@ -41,6 +41,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import sys
 import time
 from pathlib import Path
@@ -61,7 +62,8 @@ from lengthx.tasks.base import Setting  # noqa: E402
 from lengthx.tasks.lines import LinesTask  # noqa: E402
 from lengthx.tasks.passkey import PasskeyTask  # noqa: E402
 from lengthx.tasks.token_ids import IGNORE, IdBatch, LinesIds, PasskeyIds, TopicsIds  # noqa: E402
-from lengthx.tasks.topics import TopicsTask  # noqa: E402
+from lengthx.tasks.topics import TopicsTask, generate_conversations  # noqa: E402
+from lengthx.tasks.topics_records import training_record  # noqa: E402
 
 TASKS = ("passkey", "lines", "topics")
 EVAL_TASKS = {"passkey": PasskeyTask, "lines": LinesTask, "topics": TopicsTask}
@@ -85,6 +87,31 @@ class Mixture:
         self.label_width = max(int((g.answers != IGNORE).sum(1).max()) for g in self.gens.values())
         self.ramp_steps = args.ramp_steps
         self.device = device
+        self.counts = args.topics_records == "counts"  # topics records of 1..k_max conversations, built as text
+        if self.counts:
+            self.tok, self.l_tr, self.k_max, self.fmt, self.seed = tok, args.l_tr, args.topics_k_max, \
+                args.topics_format, args.seed
+            self.conversations = list(generate_conversations())
+            self.label_width = max(self.label_width, max(len(tok(c.topic)["input_ids"]) for c in self.conversations))
+
+    def topics_by_count(self, step: int, size: int) -> IdBatch:
+        """``size`` records of :func:`lengthx.tasks.topics_records.training_record` (text, then ids), drawn from a
+        generator seeded by (seed, step): a resumed run draws the same records. A draw whose opening sentences do
+        not fit L_tr (six long ones can exceed it) is drawn again."""
+        rng = random.Random(f"topics-counts:{self.seed}:{step}")
+        prompts, answers = [], []
+        while len(prompts) < size:
+            try:
+                prompt, topic, _ = training_record(self.conversations, self.tok, self.l_tr, self.k_max, rng, self.fmt)
+            except ValueError:
+                continue
+            prompts.append(prompt)
+            answers.append(topic)
+        enc = self.tok(prompts, padding="max_length", max_length=self.l_tr, return_tensors="pt")
+        labels = torch.full((size, self.label_width), IGNORE, dtype=torch.long)
+        for i, ids in enumerate(self.tok(answers)["input_ids"]):
+            labels[i, : len(ids)] = torch.tensor(ids)
+        return IdBatch(enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device), labels.to(self.device))
 
     def batch(self, step: int, lines_count: int, gen: torch.Generator) -> tuple[IdBatch, torch.Tensor, torch.Tensor]:
         """(batch, task index per example, lines kept per example (0 for other tasks))."""
@@ -96,6 +123,9 @@ class Mixture:
                 below = torch.randint(1, lines_count + 1, (size,), generator=gen, device=self.device)
                 b = self.gens[t].sample(size, torch.where(exact, lines_count, below), gen)
                 n_lines.append(b.draw["n_lines"])
+            elif t == "topics" and self.counts:
+                b = self.topics_by_count(step, size)
+                n_lines.append(torch.zeros(size, dtype=torch.long, device=self.device))
             else:
                 b = self.gens[t].sample(size, ramp, gen)
                 n_lines.append(torch.zeros(size, dtype=torch.long, device=self.device))
@@ -200,10 +230,15 @@ def lr_at(step: int, progress: float, args: argparse.Namespace) -> float:
 
 # ------------------------------------------------------------------------------------------- held out
 def held_out(tok: PreTrainedTokenizerFast, length: int, n: int, seed: int,
-             names: tuple[str, ...] = TASKS) -> dict[str, tuple[Any, list]]:
-    """The harness's own examples (task classes, token-fitted with this tokenizer) at ``length`` tokens."""
+             names: tuple[str, ...] = TASKS, topics_format: str = "longeval",
+             counts: tuple[int, ...] = ()) -> dict[str, tuple[Any, list]]:
+    """The harness's own examples (task classes, token-fitted with this tokenizer) at ``length`` tokens; topics in
+    ``topics_format``, and ``topics-k<K>`` sets of exactly K conversations for each of ``counts``."""
     setting = Setting(str(length), length, "tokens")
-    tasks = {name: EVAL_TASKS[name]() for name in names}
+    tasks = {name: EVAL_TASKS[name]() for name in names if name != "topics"}
+    if "topics" in names:
+        tasks["topics"] = TopicsTask(prompt_format=topics_format)
+        tasks.update({f"topics-k{k}": TopicsTask(prompt_format=topics_format, num_topics=k) for k in counts})
     return {name: (task, task.examples(setting, tok, n, seed)) for name, task in tasks.items()}
 
 
@@ -221,7 +256,8 @@ def exact_match(model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast,
             chunk = examples[i : i + batch_size]
             enc = tok([e.prompt for e in chunk], return_tensors="pt", padding=True).to(device)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-                ids = model.generate(**enc, max_new_tokens=MAX_NEW[name], do_sample=False, num_beams=1)
+                ids = model.generate(**enc, max_new_tokens=MAX_NEW[name.split("-")[0]], do_sample=False,
+                                     num_beams=1)
             for text, e in zip(tok.batch_decode(ids, skip_special_tokens=True), chunk, strict=True):
                 scores.append(task.score(text, e)["accuracy"])
         out[name] = sum(scores) / len(scores)
@@ -254,6 +290,10 @@ def model_card(args: argparse.Namespace, model: T5ForConditionalGeneration, summ
     c, final, l_tr = model.config, summary["final"], args.l_tr
     bar = ", ".join(f"{t} >= {RETRIEVAL_BAR[t]:.0f}%" for t in trained_tasks(args))
     met = all(final.get(f"{t}@{l_tr}", 0) >= RETRIEVAL_BAR[t] for t in trained_tasks(args))
+    counts = card_counts(args)
+    if counts and "topics" in trained_tasks(args):  # the bar holds at every count of conversations
+        bar += f" at every count {counts[0]}-{counts[-1]}"
+        met = met and all(final.get(f"topics-k{k}@{l_tr}", 0) >= RETRIEVAL_BAR["topics"] for k in counts)
     status = f"meets the retrieval bar at L_tr ({bar})" if met else f"does NOT meet the retrieval bar at L_tr ({bar})"
     rows = "\n".join(f"| {k} | {v:.0f} |" for k, v in final.items())
     gates = ", ".join(f"{k} lines at step {v}" for k, v in sorted(summary["gates"].items())) or "none"
@@ -263,14 +303,14 @@ def model_card(args: argparse.Namespace, model: T5ForConditionalGeneration, summ
 {note}
 The `mini` profile's stand-in for Flan-T5 (`conf/model/mini-t5.yaml`): a small T5 with learned relative
 position buckets, trained from scratch by `scripts/train_mini_t5.py` on {" and ".join(TASK_TITLES[t] for t in trained_tasks(args))}
-prompts built as token ids (`lengthx.tasks.token_ids`). L_tr = {l_tr} tokens; relative_attention_max_distance
+prompts{" (topics as text records of 1-%d conversations, lengthx.tasks.topics_records)" % args.topics_k_max if args.topics_records == "counts" else " built as token ids (`lengthx.tasks.token_ids`)"}. L_tr = {l_tr} tokens; relative_attention_max_distance
 = {c.relative_attention_max_distance} (<= L_tr/2), so longer inputs add no new bucket and only the attention's
 dispersal changes.
 
 ## Held-out exact match (%, greedy), exported fp16 weights loaded in fp32
 {args.final_n} examples per cell from the harness's task classes (seeds {args.final_seed}+), fitted to the
 token length with this tokenizer; 95% intervals for n = {args.final_n} are about ±{196 * (0.25 / args.final_n) ** 0.5:.0f} points at 50%.
-
+{topics_note(args)}
 | set | EM % |
 |---|---|
 {rows}
@@ -278,7 +318,7 @@ token length with this tokenizer; 95% intervals for n = {args.final_n} are about
 ## Training
 - {n_params / 1e6:.2f}M parameters: d_model {c.d_model}, {c.num_heads} heads x d_kv {c.d_kv}, d_ff {c.d_ff}
   ({c.feed_forward_proj}), {c.num_layers} encoder / {c.num_decoder_layers} decoder layers, tied embeddings.
-- Batch {args.batch_size}: shares passkey {args.w_passkey}, lines {args.w_lines}, topics {args.w_topics}; AdamW
+- Batch {args.batch_size}: shares passkey {args.w_passkey}, lines {args.w_lines}, topics {args.w_topics}{topics_recipe(args)}; AdamW
   lr {args.lr}, warm-up {args.warmup}, linear decay over the last {args.decay_frac:.0%}.
 - Lines curriculum gates (teacher-forced EM >= {args.gate} over {args.gate_window} examples): {gates};
   final stage: {summary['stage']}{'' if args.w_lines > 0 else ' (lines not trained: no gate)'}.
@@ -290,6 +330,30 @@ token length with this tokenizer; 95% intervals for n = {args.final_n} are about
 {summary['command']}
 ```
 """
+
+
+def card_counts(args: argparse.Namespace) -> tuple[int, ...]:
+    """The conversation counts the card measures at L_tr (``--card-counts``)."""
+    return tuple(int(x) for x in args.card_counts.split(",") if x.strip())
+
+
+def topics_note(args: argparse.Namespace) -> str:
+    """The card's note on its topics sets (format, counts)."""
+    if "topics" not in trained_tasks(args):
+        return ""
+    note = f"Topics prompts in the `{args.topics_format}` format (lengthx.tasks.topics.FORMATS)"
+    if card_counts(args):
+        note += ("; `topics-k<K>` holds exactly K conversations per record (task.num_topics=K), `topics` the "
+                 "benchmark's records (as many conversations as the length holds)")
+    return note + ".\n"
+
+
+def topics_recipe(args: argparse.Namespace) -> str:
+    """How the topics share was built, for the card."""
+    if args.topics_records != "counts":
+        return " (topics as token ids, lengthx.tasks.token_ids)"
+    return (f" (topics records of 1-{args.topics_k_max} conversations in the `{args.topics_format}` format, "
+            "lengthx.tasks.topics_records.training_record)")
 
 
 # ------------------------------------------------------------------------------------------------ main
@@ -342,6 +406,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="comma-separated step counts at which an fp16 snapshot (weights, tokenizer, card with "
                         "held-out EM at L_tr) is exported to OUT/snapshots/step-NNNNN (or --snapshots-to); resumable")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (GPU)")
+    p.add_argument("--topics-records", choices=("ids", "counts"), default="ids",
+                   help="ids: the benchmark's records as token ids (1-2 conversations at L_tr 256); counts: records "
+                        "of 1..--topics-k-max conversations built as text (lengthx.tasks.topics_records)")
+    p.add_argument("--topics-k-max", type=int, default=6, help="most conversations per counts record")
+    p.add_argument("--topics-format", choices=("longeval", "short"), default="longeval",
+                   help="the topics prompt's header and question (lengthx.tasks.topics.FORMATS), in training "
+                        "(counts records) and in the card's held-out sets")
+    p.add_argument("--card-counts", default="", help="comma-separated conversation counts K: the card and the "
+                   "held-out evaluations also measure topics records of exactly K conversations at L_tr")
     return p.parse_args(argv)
 
 
@@ -382,7 +455,8 @@ def main(argv: list[str] | None = None) -> int:
         log(f"resumed from {ckpt} at step {state['step']} ({state['train_seconds'] / 60:.1f} min), stage "
             f"{curriculum.stage}")
     log(f"device {hardware}; {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
-    eval_sets = held_out(tok, args.l_tr, args.eval_n, args.eval_seed, trained_tasks(args))
+    eval_sets = held_out(tok, args.l_tr, args.eval_n, args.eval_seed, trained_tasks(args), args.topics_format,
+                         card_counts(args))
     fwd = torch.compile(model) if args.compile else model
     export_steps = {int(x) for x in args.export_steps.split(",") if x.strip()}
 
@@ -484,7 +558,8 @@ def finish(args: argparse.Namespace, tok: PreTrainedTokenizerFast, state: dict[s
                                                       trust_remote_code=False).to(device).eval()
     final: dict[str, float] = {}
     for length in lengths:
-        sets = held_out(tok, length, args.final_n, args.final_seed, trained_tasks(args))
+        sets = held_out(tok, length, args.final_n, args.final_seed, trained_tasks(args), args.topics_format,
+                        card_counts(args) if length == args.l_tr else ())
         for name, value in exact_match(model, tok, sets).items():
             final[f"{name}@{length}"] = value
         log("final @ " + str(length) + ": " + ", ".join(f"{k} {v:.0f}%" for k, v in final.items() if k.endswith(f"@{length}")))

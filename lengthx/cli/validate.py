@@ -208,6 +208,7 @@ def validate_run_config(cfg: DictConfig, environment: bool = True, checked: set[
 
     checked = set() if checked is None else checked
     check_task_data(cfg)
+    check_topic_counts(cfg)
     check_device(str(cfg.device))
     path = cfg.model.get("path")
     if path and str(path) not in checked:
@@ -303,6 +304,24 @@ def check_task_data(cfg: DictConfig) -> None:
     problem = check(cfg.task, str(cfg.profile.name), settings)
     if problem:
         raise ConfigError(problem)
+
+
+def check_topic_counts(cfg: DictConfig) -> None:
+    """Raise :class:`ConfigError` when ``task.num_topics`` conversations cannot fit a setting's tokens with the
+    model's tokenizer (:func:`lengthx.tasks.topics_records.count_fits`), before any model loads."""
+    if str(cfg.task.name) != "topics" or cfg.task.get("num_topics") is None:
+        return
+    from lengthx.models.loading import load_tokenizer
+    from lengthx.tasks import build_task, resolve_settings
+    from lengthx.tasks.topics_records import count_fits
+
+    task = build_task(cfg.task, str(cfg.profile.name))
+    tokenizer = load_tokenizer(cfg.model)
+    for s in resolve_settings(cfg.task, str(cfg.profile.name), int(cfg.model.l_tr)):
+        problem = count_fits(list(task.conversations()), int(cfg.task.num_topics), tokenizer, task.prompt_format,
+                             s.value)
+        if problem:
+            raise ConfigError(problem)
 
 
 def compose_checked(overrides: list[str]) -> DictConfig:

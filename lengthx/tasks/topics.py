@@ -58,25 +58,36 @@ CLOSING = (
     "Do not summarize yourself."
 )
 OPENER = "USER: I would like to discuss the topic of {topic}."
+# The mini profile's short format (``task.format=short``): the benchmark's first and last sentences of the header
+# and its question, without the four instruction sentences, so that six conversations fit the stand-in's L_tr of
+# 256 tokens (the longeval header and closing alone take about 170 of them). Training and evaluation of the
+# stand-in use it; profile=paper refuses it.
+SHORT_HEADER = "Below is a record of our previous conversation on {n} different topics. Now the record start. "
+SHORT_CLOSING = " Now the record ends. What is the first topic(s) we discussed? Only give me the topic name."
+FORMATS = {"longeval": (HEADER, CLOSING), "short": (SHORT_HEADER, SHORT_CLOSING)}
 PAPER_DATA = ("LongEval's conversations.jsonl (github.com/DachengLi1/LongChat, "
               "longeval/evaluation/topics/conversations.jsonl)")
 
 
 @dataclass(frozen=True)
 class Conversation:
-    """One topic's conversation; ``text`` starts with the USER's opening sentence naming ``topic``."""
+    """One topic's conversation; ``text`` starts with the USER's opening sentence naming ``topic``; ``words``
+    are a generated conversation's subject words (what :func:`more_exchange` talks about), empty for a file's."""
 
     topic: str
     text: str
+    words: tuple[str, ...] = ()
 
 
-def topics_prompt(conversations: list[str], n_topics: int | None = None) -> str:
-    """The LongEval topics prompt: header with N, the conversations concatenated, the question.
+def topics_prompt(conversations: list[str], n_topics: int | None = None, fmt: str = "longeval") -> str:
+    """The LongEval topics prompt: header with N, the conversations concatenated, the question; ``fmt`` picks
+    LongEval's header and closing or the mini profile's short ones (:data:`FORMATS`).
 
     Conversations are joined with nothing between them, as upstream appends each conversation's text to
     the record: "...the next topic.USER: I would like to discuss..."."""
     n = len(conversations) if n_topics is None else n_topics
-    return HEADER.format(n=n) + "".join(conversations) + CLOSING
+    header, closing = FORMATS[fmt]
+    return header.format(n=n) + "".join(conversations) + closing
 
 
 def read_conversations(path: str | Path) -> list[Conversation]:
@@ -195,7 +206,15 @@ def generate_conversation(topic: str, words: tuple[str, ...], rng: random.Random
     if rng.random() < 1 / 3:
         turns.append("USER: " + rng.choice(_USER_TURNS).format(**slots))
         turns.append("ASSISTANT: " + rng.choice(_ASSISTANT_SENTENCES).format(**slots))
-    return Conversation(topic, " ".join(turns))
+    return Conversation(topic, " ".join(turns), words)
+
+
+def more_exchange(conversation: Conversation, rng: random.Random) -> list[str]:
+    """One more USER question and ASSISTANT answer about a generated conversation's subject, from the same
+    templates (records that hold few conversations at many tokens lengthen each conversation with these)."""
+    slots = {f"w{i}": w for i, w in enumerate(conversation.words)}
+    return ["USER: " + rng.choice(_USER_TURNS).format(**slots),
+            "ASSISTANT: " + rng.choice(_ASSISTANT_SENTENCES).format(**slots)]
 
 
 @lru_cache(maxsize=8)
@@ -205,6 +224,27 @@ def generate_conversations(seed: int = 0) -> tuple[Conversation, ...]:
     rng = random.Random(f"topics-conversations:{seed}")
     return tuple(generate_conversation(frame.format(s=subject), words, rng)
                  for frame in _FRAMES for subject, words in _SUBJECTS)
+
+
+def count_problem(task_cfg: Any, profile: str) -> str | None:
+    """Why ``task.format`` / ``task.num_topics`` cannot run, or ``None``: a known format, the short one only
+    outside profile=paper, a count of at least 1 on token settings, no more than the conversations available."""
+    fmt, k = task_cfg.get("format"), task_cfg.get("num_topics")
+    if fmt is not None and str(fmt) not in FORMATS:
+        return f"task.format={fmt}: no such topics format. Fix: task.format=longeval or task.format=short"
+    if str(fmt) == "short" and profile == "paper":
+        return ("task.format=short is the mini profile's shortened header (README, the mini stand-ins); profile=paper "
+                "keeps LongEval's prompt byte for byte. Fix: drop task.format")
+    if k is None:
+        return None
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        return f"task.num_topics={k}: not a count of conversations. Fix: a whole number of at least 1, e.g. task.num_topics=3"
+    if str(task_cfg.get("unit")) != "tokens" or task_cfg.get("testcases_dir"):
+        return (f"task.num_topics={k} fixes the count of token-length records; task.unit={task_cfg.get('unit')} "
+                "settings are counts already. Fix: task.unit=tokens 'task.settings=[L]' (and no task.testcases_dir)")
+    if not task_cfg.get("conversations_path") and k > len(generate_conversations()):
+        return f"task.num_topics={k}: only {len(generate_conversations())} conversations are available. Fix: a smaller count"
+    return None
 
 
 # ---- the task ------------------------------------------------------------------------------------------
@@ -226,10 +266,14 @@ class TopicsTask:
                   "upstream LongEval asked a GPT model to judge it, so topic numbers are not directly comparable.")
 
     def __init__(self, max_new_tokens: int = 50, conversations_path: str | None = None,
-                 testcases_dir: str | None = None, seed: int = 0):
+                 testcases_dir: str | None = None, seed: int = 0, prompt_format: str = "longeval",
+                 num_topics: int | None = None):
+        if prompt_format not in FORMATS:
+            raise ValueError(f"task.format={prompt_format}: no such topics format. Fix: one of {', '.join(FORMATS)}")
         self.max_new_tokens = max_new_tokens
         self.conversations_path = conversations_path
         self.testcases_dir, self.seed = testcases_dir, int(seed)
+        self.prompt_format, self.num_topics = prompt_format, num_topics
         self._conversations: tuple[Conversation, ...] | None = None
 
     @classmethod
@@ -238,9 +282,11 @@ class TopicsTask:
         problem = cls.data_problem(task_cfg, profile)
         if problem and profile == "paper":
             raise ValueError(problem)
+        k = task_cfg.get("num_topics")
         return cls(max_new_tokens=int(task_cfg.max_new_tokens),
                    conversations_path=task_cfg.get("conversations_path"),
-                   testcases_dir=task_cfg.get("testcases_dir"), seed=int(task_cfg.get("seed") or 0))
+                   testcases_dir=task_cfg.get("testcases_dir"), seed=int(task_cfg.get("seed") or 0),
+                   prompt_format=str(task_cfg.get("format") or "longeval"), num_topics=None if k is None else int(k))
 
     @staticmethod
     def data_problem(task_cfg: Any, profile: str, settings: list[Setting] | None = None) -> str | None:
@@ -250,6 +296,9 @@ class TopicsTask:
         released = testcases_problem(task_cfg, "topics", "topics", settings)
         if released:
             return released
+        counts = count_problem(task_cfg, profile)
+        if counts:
+            return counts
         path = task_cfg.get("conversations_path")
         if path:
             return missing_path("task.conversations_path", path, PAPER_DATA)
@@ -318,16 +367,27 @@ class TopicsTask:
                     raise ValueError(f"{setting.value} topics requested but only {len(convs)} conversations "
                                      "are available (topics are drawn without replacement)")
                 chosen = [convs[j] for j in order[: setting.value]]
-                prompt, requested, n_topics, partial = topics_prompt([c.text for c in chosen]), None, \
-                    setting.value, False
+                prompt, requested, n_topics, partial = topics_prompt([c.text for c in chosen], fmt=self.prompt_format), \
+                    None, setting.value, False
+            elif setting.unit == "tokens" and self.num_topics is not None:
+                requested, n_topics = setting.value, self.num_topics
+                if n_topics > len(convs):
+                    raise ValueError(f"task.num_topics={n_topics} but only {len(convs)} conversations are available")
+                chosen = [convs[j] for j in order[:n_topics]]
+                from lengthx.tasks.topics_records import fixed_count_record  # builds on this module
+
+                prompt, kept, partial = fixed_count_record(chosen, tokenizer, requested, f"topics-turns:{seed}:{i}",
+                                                           self.prompt_format)
             elif setting.unit == "tokens":
                 requested = setting.value
-                prompt, chosen, n_topics, partial = self._fit(order, tokenizer, requested)
+                prompt, chosen, n_topics, partial = self.fit_record(order, tokenizer, requested)
             else:
                 raise ValueError(f"topics settings are in topics or tokens, not {setting.unit!r}")
-            out.append(Example(f"{seed}-{i}", prompt, chosen[0].topic, requested, count_tokens(tokenizer, prompt),
-                               {"n_topics": n_topics, "last_partial": partial, "first": order[0],
-                                "topics": [c.topic for c in chosen[:n_topics]]}))
+            meta = {"n_topics": n_topics, "last_partial": partial, "first": order[0],
+                    "topics": [c.topic for c in chosen[:n_topics]]}
+            if setting.unit == "tokens" and self.num_topics is not None:
+                meta["turns"] = kept  # turns kept per conversation (lengthx.tasks.topics_records)
+            out.append(Example(f"{seed}-{i}", prompt, chosen[0].topic, requested, count_tokens(tokenizer, prompt), meta))
         return out
 
     def _released_examples(self, path: Path, tokenizer: PreTrainedTokenizerBase, n: int, seed: int) -> list[Example]:
@@ -344,13 +404,13 @@ class TopicsTask:
                          "testcase": f"{path.name}:{row['_line']}"})
                 for i, row in enumerate(rows[:n])]
 
-    def _fit(self, order: list[int], tokenizer, target: int) -> tuple[str, list[Conversation], int, bool]:
+    def fit_record(self, order: list[int], tokenizer: PreTrainedTokenizerBase, target: int) -> tuple[str, list[Conversation], int, bool]:
         """The record cut at a word boundary so that the prompt has at most ``target`` tokens."""
         convs = self.conversations()
         chosen: list[Conversation] = []
         for j in order:  # enough conversations to exceed the target
             chosen.append(convs[j])
-            if count_tokens(tokenizer, topics_prompt([c.text for c in chosen])) > target:
+            if count_tokens(tokenizer, topics_prompt([c.text for c in chosen], fmt=self.prompt_format)) > target:
                 break
         else:
             raise ValueError(f"all {len(convs)} conversations together have fewer than {target} tokens")
@@ -361,10 +421,10 @@ class TopicsTask:
 
         def build(w: int) -> str:
             if w == 0:
-                return topics_prompt([], 0)
+                return topics_prompt([], 0, self.prompt_format)
             ci, end, _ = ends[w - 1]
             texts = [c.text for c in chosen[:ci]] + [chosen[ci].text[:end]]
-            return topics_prompt(texts, ci + 1)
+            return topics_prompt(texts, ci + 1, self.prompt_format)
 
         w, prompt, _ = fit_to_tokens(build, tokenizer, target, hi=len(ends))
         if w == 0:
