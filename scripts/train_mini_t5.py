@@ -63,7 +63,6 @@ from lengthx.tasks.lines import LinesTask  # noqa: E402
 from lengthx.tasks.passkey import PasskeyTask  # noqa: E402
 from lengthx.tasks.token_ids import IGNORE, IdBatch, LinesIds, PasskeyIds, TopicsIds  # noqa: E402
 from lengthx.tasks.topics import TopicsTask, generate_conversations  # noqa: E402
-from lengthx.tasks.topics_records import training_record  # noqa: E402
 
 TASKS = ("passkey", "lines", "topics")
 EVAL_TASKS = {"passkey": PasskeyTask, "lines": LinesTask, "topics": TopicsTask}
@@ -89,20 +88,19 @@ class Mixture:
         self.device = device
         self.counts = args.topics_records == "counts"  # topics records of 1..k_max conversations, built as text
         if self.counts:
-            self.tok, self.l_tr, self.k_max, self.fmt, self.seed = tok, args.l_tr, args.topics_k_max, \
-                args.topics_format, args.seed
-            self.conversations = list(generate_conversations())
-            self.label_width = max(self.label_width, max(len(tok(c.topic)["input_ids"]) for c in self.conversations))
+            self.tok, self.l_tr, self.k_max, self.seed = tok, args.l_tr, args.topics_k_max, args.seed
+            self.topics = TopicsTask(prompt_format=args.topics_format)
+            self.label_width = max(self.label_width, max(len(tok(c.topic)["input_ids"]) for c in generate_conversations()))
 
     def topics_by_count(self, step: int, size: int) -> IdBatch:
-        """``size`` records of :func:`lengthx.tasks.topics_records.training_record` (text, then ids), drawn from a
+        """``size`` records of :meth:`lengthx.tasks.topics.TopicsTask.training_record` (text, then ids), drawn from a
         generator seeded by (seed, step): a resumed run draws the same records. A draw whose opening sentences do
         not fit L_tr (six long ones can exceed it) is drawn again."""
         rng = random.Random(f"topics-counts:{self.seed}:{step}")
         prompts, answers = [], []
         while len(prompts) < size:
             try:
-                prompt, topic, _ = training_record(self.conversations, self.tok, self.l_tr, self.k_max, rng, self.fmt)
+                prompt, topic, _ = self.topics.training_record(self.tok, self.l_tr, self.k_max, rng)
             except ValueError:
                 continue
             prompts.append(prompt)
@@ -303,7 +301,7 @@ def model_card(args: argparse.Namespace, model: T5ForConditionalGeneration, summ
 {note}
 The `mini` profile's stand-in for Flan-T5 (`conf/model/mini-t5.yaml`): a small T5 with learned relative
 position buckets, trained from scratch by `scripts/train_mini_t5.py` on {" and ".join(TASK_TITLES[t] for t in trained_tasks(args))}
-prompts{" (topics as text records of 1-%d conversations, lengthx.tasks.topics_records)" % args.topics_k_max if args.topics_records == "counts" else " built as token ids (`lengthx.tasks.token_ids`)"}. L_tr = {l_tr} tokens; relative_attention_max_distance
+prompts{topics_built(args)}. L_tr = {l_tr} tokens; relative_attention_max_distance
 = {c.relative_attention_max_distance} (<= L_tr/2), so longer inputs add no new bucket and only the attention's
 dispersal changes.
 
@@ -348,12 +346,19 @@ def topics_note(args: argparse.Namespace) -> str:
     return note + ".\n"
 
 
+def topics_built(args: argparse.Namespace) -> str:
+    """How the card says the prompts were built."""
+    if args.topics_records == "counts":
+        return f" (topics as text records of 1-{args.topics_k_max} conversations, lengthx.tasks.topics_records)"
+    return " built as token ids (`lengthx.tasks.token_ids`)"
+
+
 def topics_recipe(args: argparse.Namespace) -> str:
     """How the topics share was built, for the card."""
     if args.topics_records != "counts":
         return " (topics as token ids, lengthx.tasks.token_ids)"
     return (f" (topics records of 1-{args.topics_k_max} conversations in the `{args.topics_format}` format, "
-            "lengthx.tasks.topics_records.training_record)")
+            "lengthx.tasks.topics.TopicsTask.training_record)")
 
 
 # ------------------------------------------------------------------------------------------------ main

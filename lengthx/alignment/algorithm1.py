@@ -16,6 +16,15 @@ from typing import Any
 from lengthx.alignment.statistics import capture_stats
 
 TEMPERATURE_GRID: tuple[float, ...] = tuple(round(1.0 - 0.05 * i, 2) for i in range(11))  # 1.0, 0.95, …, 0.5
+PAPER_TAU_MIN = 0.5  # the paper's grid floor (§4, Algorithm 1)
+
+
+def temperature_grid(tau_min: float = PAPER_TAU_MIN) -> tuple[float, ...]:
+    """The grid 1.0, 0.95, … down to ``tau_min`` (the paper's :data:`TEMPERATURE_GRID` at 0.5; a lower floor is
+    an extension, ``method.tau_min``)."""
+    if not 0.0 < tau_min < 1.0:
+        raise ValueError(f"tau_min={tau_min}: the grid's floor must lie between 0 and 1, e.g. 0.2")
+    return tuple(round(1.0 - 0.05 * i, 2) for i in range(int(round((1.0 - tau_min) / 0.05)) + 1))
 
 log = logging.getLogger("lengthx")
 
@@ -31,10 +40,22 @@ class Alignment:
     tau: float
     target: float
     evaluated: dict[float, float] = field(default_factory=dict)
+    bounds: tuple[float, float] = (PAPER_TAU_MIN, 1.0)  # the grid's ends
 
     @property
     def forward_passes(self) -> int:
         return len(self.evaluated)
+
+    def short_of_target(self, mode: str) -> bool:
+        """Whether τ sits at an end of its grid and S̄_ex(τ) has not reached the target there: at the floor,
+        P_max still below S̄_tr(1) (entropy above it); at 1.0, P_max already above it (entropy below). Such a τ
+        is the grid's end, not an alignment (docs/mini-t5-study.md marks it ``*``)."""
+        value = self.evaluated.get(self.tau)
+        if value is None or self.tau not in self.bounds:
+            return False
+        sign = 1.0 if mode == "pmax" else -1.0  # P_max rises and entropy falls as τ falls
+        gap = sign * (value - self.target)
+        return gap < 0 if self.tau == min(self.bounds) else gap > 0
 
 
 def align_temperature(
@@ -80,7 +101,8 @@ def align_temperature(
     else:
         raise ValueError(f"unknown search={search!r}; valid: grid, bisect")
     best = min(candidates, key=lambda t: (abs(cache[t] - target), -t))
-    return Alignment(tau=best, target=target, evaluated=dict(sorted(cache.items(), reverse=True)))
+    return Alignment(tau=best, target=target, evaluated=dict(sorted(cache.items(), reverse=True)),
+                     bounds=(min(taus), max(taus)))
 
 
 def find_s(loaded: Any, batches: Batches, tau: float, mode: str, scope: str = "encoder", row_stride: int = 1) -> float:
@@ -95,13 +117,15 @@ class CalibrationOptions:
 
     ``mode``: the statistic S̄, ``pmax`` or ``entropy``; ``scope``: the attention modules that get τ and are
     watched (``encoder`` …); ``search``: ``grid`` (the paper) or ``bisect``; ``row_stride``: every
-    ``row_stride``-th query row only (> 1: an estimate at a fraction of the cost).
+    ``row_stride``-th query row only (> 1: an estimate at a fraction of the cost); ``tau_min``: the grid's floor
+    (:func:`temperature_grid`; the paper's 0.5, lower is an extension).
     """
 
     mode: str
     scope: str = "encoder"
     search: str = "grid"
     row_stride: int = 1
+    tau_min: float = PAPER_TAU_MIN
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -128,7 +152,7 @@ def align_to(loaded: Any, extrapolation: Batches, target: float, options: Calibr
     Called on its own, after :func:`reference_statistic`, where the model changes between the two phases
     (paper B's GPT-2 reads its APE table at L_t, and interpolated to L_ex at L_ex)."""
     return align_temperature(lambda t: options.capture(loaded, extrapolation, t).mean(options.mode), target,
-                             options.mode, options.search)
+                             options.mode, options.search, temperature_grid(options.tau_min))
 
 
 def _per_layer(stats: Any, mode: str) -> list[float]:
@@ -152,7 +176,7 @@ def calibrate_per_layer(loaded: Any, reference: Batches, extrapolation: Batches,
             trial = taus[:layer] + [t] + taus[layer + 1:]
             return _per_layer(options.capture(loaded, extrapolation, trial), mode)[layer]
 
-        result = align_temperature(statistic, target, mode, options.search)
+        result = align_temperature(statistic, target, mode, options.search, temperature_grid(options.tau_min))
         taus[layer] = result.tau
         out.append(result)
     return out

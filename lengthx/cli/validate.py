@@ -80,6 +80,7 @@ class MethodSection(_Section):
     scope: Literal["encoder", "all"] | None = None
     search: Literal["grid", "bisect"] | None = None
     per_layer: bool = False
+    tau_min: Annotated[float, Number, Field(ge=0.05, lt=1.0, allow_inf_nan=False)] | None = None
 
     @model_validator(mode="after")
     def _fixed_has_tau(self) -> MethodSection:
@@ -159,6 +160,7 @@ FIXES = {
     "batch_size": f"a count from 1 to {MAX_BATCH}, e.g. batch_size=4",
     "batch_tokens": "a number of prompt tokens of at least 1, e.g. batch_tokens=8192 (null: no limit)",
     "method.search": "method.search=grid (the paper) or method.search=bisect",
+    "method.tau_min": "the grid's floor, from 0.05 to below 1, e.g. method.tau_min=0.2 (the paper: 0.5)",
     "dtype": f"one of {', '.join(DTYPES)}, e.g. dtype=auto (bf16 on GPU, fp32 on CPU)",
     "device": "auto, cpu, mps, cuda or cuda:N, e.g. device=auto",
 }
@@ -308,18 +310,16 @@ def check_task_data(cfg: DictConfig) -> None:
 
 def check_topic_counts(cfg: DictConfig) -> None:
     """Raise :class:`ConfigError` when ``task.num_topics`` conversations cannot fit a setting's tokens with the
-    model's tokenizer (:func:`lengthx.tasks.topics_records.count_fits`), before any model loads."""
+    model's tokenizer (:meth:`lengthx.tasks.topics.TopicsTask.count_problem_at`), before any model loads."""
     if str(cfg.task.name) != "topics" or cfg.task.get("num_topics") is None:
         return
     from lengthx.models.loading import load_tokenizer
     from lengthx.tasks import build_task, resolve_settings
-    from lengthx.tasks.topics_records import count_fits
 
     task = build_task(cfg.task, str(cfg.profile.name))
     tokenizer = load_tokenizer(cfg.model)
     for s in resolve_settings(cfg.task, str(cfg.profile.name), int(cfg.model.l_tr)):
-        problem = count_fits(list(task.conversations()), int(cfg.task.num_topics), tokenizer, task.prompt_format,
-                             s.value)
+        problem = task.count_problem_at(tokenizer, s.value)
         if problem:
             raise ConfigError(problem)
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from lengthx.alignment.algorithm1 import PAPER_TAU_MIN
 from lengthx.config import portable
 from lengthx.models.loading import model_fingerprint
 from lengthx.tasks import TASKS, Setting, resolve_settings
@@ -62,6 +63,9 @@ def method_id(method_cfg: Any) -> str:
         name += "-per-layer"
     if name.startswith(("pmax", "entropy")) and method_cfg.get("search", "grid") != "grid":
         name += f"-{method_cfg.search}"
+    tau_min = method_cfg.get("tau_min")
+    if name.startswith(("pmax", "entropy")) and tau_min is not None and float(tau_min) != PAPER_TAU_MIN:
+        name += f"-min{float(tau_min):g}"  # beyond the paper's grid floor (docs/mini-t5-study.md)
     return name
 
 
@@ -91,7 +95,8 @@ def config_hash(cfg: DictConfig, setting: Setting) -> str:
     where the checkpoint lies, or where the checkout lies: :func:`portable`)."""
     relevant = {
         "model": model_identity(cfg.model),
-        "method": OmegaConf.to_container(cfg.method, resolve=True),
+        "method": {k: v for k, v in OmegaConf.to_container(cfg.method, resolve=True).items()
+                   if not (k == "tau_min" and v == PAPER_TAU_MIN)},  # the paper's floor: hashes as before the key
         "task": {k: v for k, v in OmegaConf.to_container(cfg.task, resolve=True).items()
                  if k not in TASK_UNHASHED_KEYS and not (k in TASK_OPTIONAL_KEYS and v is None)},
         "setting": [setting.label, setting.value, setting.unit],

@@ -19,12 +19,19 @@ from typing import Any
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from lengthx.alignment.algorithm1 import CalibrationOptions, calibrate, calibrate_per_layer
+from lengthx.alignment.algorithm1 import (
+    PAPER_TAU_MIN,
+    Alignment,
+    CalibrationOptions,
+    calibrate,
+    calibrate_per_layer,
+)
 from lengthx.alignment.propositions import RULE_METHODS, closed_form_temperature, rule_temperature
 from lengthx.attention.scaling import ROW_RULES, RowScale
 from lengthx.attention.temperature import clear_temperature, set_temperature
 from lengthx.core.cells import RUNNABLE_METHODS, Cell, cell_hash, method_id, model_identity, task_behaviour
 from lengthx.core.store import (
+    SHORT_OF_TARGET,
     ResultsStore,
     read_json,
     safe_name,
@@ -44,6 +51,22 @@ log = logging.getLogger("lengthx")
 # Propositions 1-2 may exceed 1, never by this much
 ALIGNED_TAU_RANGE = (0.0, 1.0)
 CLOSED_FORM_TAU_RANGE = (0.0, 10.0)
+
+
+def short_of_target(cached: dict[str, Any], mode: str, tau_min: float) -> bool:
+    """Whether a calibration (its cache entry: ``tau``, ``target``, ``evaluated``; per layer: lists of them) chose
+    a grid end without reaching its target (:meth:`lengthx.alignment.algorithm1.Alignment.short_of_target`)."""
+    taus, targets, evaluated = cached.get("tau"), cached.get("target"), cached.get("evaluated")
+    if not isinstance(taus, list):
+        taus, targets, evaluated = [taus], [targets], [evaluated]
+    for tau, target, ev in zip(taus, targets or [], evaluated or [], strict=False):
+        if not isinstance(ev, dict) or not isinstance(target, (int, float)):
+            continue
+        alignment = Alignment(float(tau), float(target), {float(k): float(v) for k, v in ev.items()},
+                              (tau_min, 1.0))
+        if alignment.short_of_target(mode):
+            return True
+    return False
 
 
 def calibration_file(results_dir: Path, cell: Cell, method_cfg: Any, key: dict[str, Any]) -> Path:
@@ -255,12 +278,27 @@ class Runner:
             key["disjoint_from_evaluation"] = {"n": self.num_examples(), "reserve": CALIBRATION_RESERVE}
         if self.cfg.task.get("prompt_version") is not None:  # an older prompt's τ is recomputed
             key["prompt_version"] = self.cfg.task.prompt_version
+        if self.tau_min() != PAPER_TAU_MIN:  # an extended grid (the paper's keys stay as they were)
+            key["tau_min"] = self.tau_min()
         return key
 
+    def tau_min(self) -> float:
+        """The floor of Algorithm 1's grid: ``method.tau_min``, the paper's 0.5 by default."""
+        return float(self.method.get("tau_min") or PAPER_TAU_MIN)
+
     def calibration_options(self) -> CalibrationOptions:
-        """Algorithm 1's mode, scope and search (config ``method``) and row stride (``calibration``)."""
+        """Algorithm 1's mode, scope, search and grid floor (config ``method``) and row stride (``calibration``)."""
         m = self.method
-        return CalibrationOptions(m.name, m.scope, m.search, int(self.cfg.calibration.get("row_stride", 1)))
+        return CalibrationOptions(m.name, m.scope, m.search, int(self.cfg.calibration.get("row_stride", 1)),
+                                  self.tau_min())
+
+    def alignment_note(self, cell: Cell) -> str:
+        """:data:`SHORT_OF_TARGET` when the cell's Algorithm 1 τ (from its cache entry) is a grid end short of its
+        target, else ``""``."""
+        if self.method.name not in ("pmax", "entropy"):
+            return ""
+        cached = read_json(self.calibration_path(cell)[0], required=("tau",)) or {}
+        return SHORT_OF_TARGET if short_of_target(cached, str(self.method.name), self.tau_min()) else ""
 
     def aligned_temperature_with_source(self, cell: Cell) -> tuple[float | list[float], Path, bool]:
         """(τ, cache file, whether it came from the cache) of Algorithm 1 for this cell."""
@@ -393,7 +431,8 @@ class Runner:
         req = [e.requested_tokens for e in examples if e.requested_tokens is not None]
         base = self.row_fields(cell, chash, start)
         base.update(tau=tau_text, n=len(scores), L_req=round(sum(req) / len(req)) if req else "",
-                    L_ex=round(sum(e.actual_tokens for e in examples) / len(examples), 1), status="ok")
+                    L_ex=round(sum(e.actual_tokens for e in examples) / len(examples), 1), status="ok",
+                    message=self.alignment_note(cell))
         rows = [{**base, "metric": m, "value": round(sum(s[m] for s in scores) / len(scores), 4)}
                 for m in self.task.metrics]
         # τ as a metric too, so the temperature tables (paper A Tables 8-11) render from the same CSV

@@ -61,6 +61,10 @@ TEXT_COLUMNS = tuple(c for c in COLUMNS if c not in NUMERIC_COLUMNS)
 # the next append rewrites the file (atomically) with the current header, every older row gaining an empty field
 LEGACY_COLUMNS = COLUMNS[:-1]
 STATUSES = ("ok", "oom", "error")
+# the ``message`` of an ok row whose Algorithm 1 τ is its grid's end without reaching S̄_tr(1): tables mark its τ
+# with UNALIGNED_MARK (docs/results.md)
+SHORT_OF_TARGET = "Algorithm 1 stopped at its grid's end short of S̄_tr(1)"
+UNALIGNED_MARK = "*"
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, as editors and spreadsheets may put before the header
 
 

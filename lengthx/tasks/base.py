@@ -101,7 +101,9 @@ def all_settings(task_cfg: Any, profile: str, l_tr: int) -> list[Setting]:
     explicit = task_cfg.get("settings")
     if explicit:
         unit = task_cfg.get("unit") or "tokens"
-        return [Setting(explicit_label(int(v), unit), int(v), unit) for v in explicit]
+        count = task_cfg.get("num_topics")  # topics with a fixed count: its own column per count
+        suffix = f"-{count}topics" if count is not None else ""
+        return [Setting(explicit_label(int(v), unit) + suffix, int(v), unit) for v in explicit]
     labels = list(task_cfg.labels)
     if profile == "paper":
         return [Setting(lb, int(v), task_cfg.paper_unit) for lb, v in zip(labels, task_cfg.paper_settings, strict=True)]

@@ -43,6 +43,7 @@ from lengthx.data.provenance import GENERATED, file_label
 from lengthx.tasks.base import Example, Setting, missing_path
 from lengthx.tasks.longeval_testcases import read_testcases, testcase_path, testcases_problem
 from lengthx.tasks.metrics import topic_correct
+from lengthx.tasks.topics_records import count_fits, fixed_count_record, minimal_tokens
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -239,9 +240,13 @@ def count_problem(task_cfg: Any, profile: str) -> str | None:
         return None
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         return f"task.num_topics={k}: not a count of conversations. Fix: a whole number of at least 1, e.g. task.num_topics=3"
+    fix = "Fix: task.unit=tokens 'task.settings=[L, …]' (lengths in tokens)"
     if str(task_cfg.get("unit")) != "tokens" or task_cfg.get("testcases_dir"):
         return (f"task.num_topics={k} fixes the count of token-length records; task.unit={task_cfg.get('unit')} "
-                "settings are counts already. Fix: task.unit=tokens 'task.settings=[L]' (and no task.testcases_dir)")
+                f"settings{' and task.testcases_dir' if task_cfg.get('testcases_dir') else ''} are counts already. "
+                f"{fix}{' and no task.testcases_dir' if task_cfg.get('testcases_dir') else ''}")
+    if not task_cfg.get("settings"):
+        return f"task.num_topics={k} needs explicit lengths (its records get their own columns). {fix}"
     if not task_cfg.get("conversations_path") and k > len(generate_conversations()):
         return f"task.num_topics={k}: only {len(generate_conversations())} conversations are available. Fix: a smaller count"
     return None
@@ -374,10 +379,8 @@ class TopicsTask:
                 if n_topics > len(convs):
                     raise ValueError(f"task.num_topics={n_topics} but only {len(convs)} conversations are available")
                 chosen = [convs[j] for j in order[:n_topics]]
-                from lengthx.tasks.topics_records import fixed_count_record  # builds on this module
-
                 prompt, kept, partial = fixed_count_record(chosen, tokenizer, requested, f"topics-turns:{seed}:{i}",
-                                                           self.prompt_format)
+                                                           self.prompt, more_exchange)
             elif setting.unit == "tokens":
                 requested = setting.value
                 prompt, chosen, n_topics, partial = self.fit_record(order, tokenizer, requested)
@@ -389,6 +392,39 @@ class TopicsTask:
                 meta["turns"] = kept  # turns kept per conversation (lengthx.tasks.topics_records)
             out.append(Example(f"{seed}-{i}", prompt, chosen[0].topic, requested, count_tokens(tokenizer, prompt), meta))
         return out
+
+    def prompt(self, texts: list[str], n_topics: int | None = None) -> str:
+        """:func:`topics_prompt` in this task's format."""
+        return topics_prompt(texts, n_topics, self.prompt_format)
+
+    def count_problem_at(self, tokenizer: PreTrainedTokenizerBase, target: int) -> str | None:
+        """Why ``num_topics`` conversations may not fit ``target`` tokens (the worst draw), or ``None``
+        (:func:`lengthx.tasks.topics_records.count_fits`)."""
+        if self.num_topics is None:
+            return None
+        return count_fits(list(self.conversations()), self.num_topics, tokenizer, self.prompt, target)
+
+    def training_record(self, tokenizer: PreTrainedTokenizerBase, l_tr: int, k_max: int,
+                        rng: random.Random) -> tuple[str, str, int]:
+        """One training record of at most ``l_tr`` tokens for a stand-in that must find the first of several
+        topics (docs/mini-t5-study.md): half hold exactly K conversations, K uniform in 1..``k_max``, at a token
+        length uniform between their shortest record and ``l_tr``
+        (:func:`lengthx.tasks.topics_records.fixed_count_record`); half are the benchmark's records (whole
+        conversations until a length uniform up to ``l_tr``, the last cut at a word). Returns (prompt, first
+        topic, conversations in the record); ``ValueError`` when the K opening sentences drawn exceed ``l_tr``."""
+        convs = self.conversations()
+        order = rng.sample(range(len(convs)), k_max)
+        chosen = [convs[j] for j in order]
+        if rng.random() < 0.5:
+            k = rng.randint(1, k_max)
+            need = minimal_tokens(chosen[:k], tokenizer, self.prompt)
+            prompt, _, _ = fixed_count_record(chosen[:k], tokenizer, rng.randint(need, l_tr), f"train:{rng.random()}",
+                                              self.prompt, more_exchange)
+            return prompt, chosen[0].topic, k
+        need = minimal_tokens(chosen[:1], tokenizer, self.prompt)
+        rest = [j for j in rng.sample(range(len(convs)), min(len(convs), 64)) if j not in order]
+        prompt, _, n, _ = self.fit_record(order + rest, tokenizer, rng.randint(need, l_tr))
+        return prompt, chosen[0].topic, n
 
     def _released_examples(self, path: Path, tokenizer: PreTrainedTokenizerBase, n: int, seed: int) -> list[Example]:
         """The first ``n`` released cases of ``path``: their prompts as they are, their first topics as answers.

@@ -6,7 +6,7 @@ fall past its training length mixes two things: more tokens and more topics to c
 holds exactly K conversations, the first K of the example's seeded permutation (so example i asks for the same first
 topic at every K and every L), each at least its opening sentence ("USER: I would like to discuss the topic of
 <TOPIC>."). Where L needs more text, the conversations grow together, one turn each in turn: first their own turns
-(the benchmark's text), then more USER / ASSISTANT exchanges about their subject (:func:`lengthx.topics.more_exchange`,
+(the benchmark's text), then more USER / ASSISTANT exchanges about their subject (:func:`lengthx.tasks.topics.more_exchange`,
 generated conversations) or, for LongEval's own file, their own exchanges again. Where L needs less, the
 conversations keep only their first turns. The record is cut after a whole turn, or at a word inside the last
 conversation's last turn, as the benchmark cuts its last conversation, so that the prompt has at most L tokens; the
@@ -17,19 +17,22 @@ from __future__ import annotations
 
 import random
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from lengthx.data.fitting import bisect_largest, count_tokens
-from lengthx.tasks.topics import Conversation, more_exchange, topics_prompt
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+Prompt = Callable[[list[str], int], str]  # conversation texts and N -> the prompt (lengthx.tasks.topics.topics_prompt)
+MoreTurns = Callable[[Any, random.Random], list[str]]  # a conversation -> one more exchange about its subject
 
 _TURN_START = re.compile(r"\s+(?=(?:USER|ASSISTANT): )")
 _WORD_END = re.compile(r"\S+")
 
 
-def turns(conversation: Conversation) -> list[str]:
+def turns(conversation: Any) -> list[str]:
     """The conversation's turns ("USER: …", "ASSISTANT: …"), its opening sentence first."""
     return [t for t in _TURN_START.split(conversation.text.strip()) if t]
 
@@ -38,16 +41,16 @@ class _TurnStream:
     """A conversation's turns after its first, then as many more as asked for (generated exchanges about its
     subject, or its own exchanges again)."""
 
-    def __init__(self, conversation: Conversation, key: str):
+    def __init__(self, conversation: Any, key: str, more: MoreTurns):
         own = turns(conversation)
         self.opening, self.turns = own[0], own[1:]
-        self.conversation, self.rng = conversation, random.Random(key)
+        self.conversation, self.rng, self.more = conversation, random.Random(key), more
         self.repeat = list(self.turns)
 
     def get(self, i: int) -> str:
         while len(self.turns) <= i:
             if self.conversation.words:
-                self.turns += more_exchange(self.conversation, self.rng)
+                self.turns += self.more(self.conversation, self.rng)
             elif self.repeat:
                 self.turns += self.repeat
             else:
@@ -56,19 +59,19 @@ class _TurnStream:
         return self.turns[i]
 
 
-def minimal_tokens(conversations: list[Conversation], tokenizer: PreTrainedTokenizerBase, fmt: str) -> int:
+def minimal_tokens(conversations: list[Any], tokenizer: PreTrainedTokenizerBase, prompt: Prompt) -> int:
     """Tokens of the shortest record of these conversations: the header, each opening sentence, the question."""
-    return count_tokens(tokenizer, topics_prompt([turns(c)[0] for c in conversations], fmt=fmt))
+    return count_tokens(tokenizer, prompt([turns(c)[0] for c in conversations], len(conversations)))
 
 
-def count_fits(conversations: list[Conversation], k: int, tokenizer: PreTrainedTokenizerBase, fmt: str,
+def count_fits(conversations: list[Any], k: int, tokenizer: PreTrainedTokenizerBase, prompt: Prompt,
                target: int) -> str | None:
     """Why a record of ``k`` of these conversations may not fit ``target`` tokens, or ``None``: the ``k`` longest
     opening sentences (the worst draw) with the header and question must fit."""
     if k > len(conversations):
         return f"task.num_topics={k}: only {len(conversations)} conversations are available. Fix: a smaller count"
     longest = sorted(conversations, key=lambda c: len(turns(c)[0]))[-k:]
-    need = minimal_tokens(longest, tokenizer, fmt)
+    need = minimal_tokens(longest, tokenizer, prompt)
     if need > target:
         return (f"task.num_topics={k}: {k} conversations need up to {need} tokens (header, {k} opening sentences, "
                 f"the question) but task.settings has {target}. Fix: a setting of at least {need} tokens, or a "
@@ -76,18 +79,18 @@ def count_fits(conversations: list[Conversation], k: int, tokenizer: PreTrainedT
     return None
 
 
-def fixed_count_record(conversations: list[Conversation], tokenizer: PreTrainedTokenizerBase, target: int,
-                       key: str, fmt: str = "longeval") -> tuple[str, list[int], bool]:
+def fixed_count_record(conversations: list[Any], tokenizer: PreTrainedTokenizerBase, target: int, key: str,
+                       prompt: Prompt, more: MoreTurns) -> tuple[str, list[int], bool]:
     """A record of exactly ``len(conversations)`` conversations with at most ``target`` tokens, as long as it can
     be (module doc). Returns (prompt, turns kept per conversation, whether the last turn is cut at a word).
 
     Raises ``ValueError`` naming the tokens needed when the opening sentences alone do not fit."""
     k = len(conversations)
-    need = minimal_tokens(conversations, tokenizer, fmt)
+    need = minimal_tokens(conversations, tokenizer, prompt)
     if need > target:
         raise ValueError(f"{k} conversations need at least {need} tokens (header, {k} opening sentences and the "
                          f"question) but the setting has {target}")
-    streams = [_TurnStream(c, f"{key}:{j}") for j, c in enumerate(conversations)]
+    streams = [_TurnStream(c, f"{key}:{j}", more) for j, c in enumerate(conversations)]
 
     def record(rounds: int) -> list[tuple[int, str]]:  # (conversation, turn) in the order they are added
         return [(j, streams[j].get(r)) for r in range(rounds) for j in range(k)]
@@ -99,7 +102,7 @@ def fixed_count_record(conversations: list[Conversation], tokenizer: PreTrainedT
                 parts[j].append(text[: cut[1]])
                 break
             parts[j].append(text)
-        return topics_prompt([" ".join(p) for p in parts], k, fmt)
+        return prompt([" ".join(p) for p in parts], k)
 
     rounds = 1  # enough rounds to pass the target (doubling keeps the strings tokenised near its size)
     while count_tokens(tokenizer, build(record(rounds), None)) <= target:
@@ -124,28 +127,3 @@ def fixed_count_record(conversations: list[Conversation], tokenizer: PreTrainedT
     whole = 0 if c is None else c[0] + (1 if c[1] else 0)
     kept = [1 + sum(1 for j, _ in additions[:whole] if j == jj) for jj in range(k)]
     return prompt_at(i), kept, bool(c and c[1])
-
-
-def training_record(conversations: list[Conversation], tokenizer: PreTrainedTokenizerBase, l_tr: int, k_max: int,
-                    rng: random.Random, fmt: str = "short") -> tuple[str, str, int]:
-    """One training record of at most ``l_tr`` tokens for a topics stand-in that must find the first of several
-    topics (docs/mini-t5-study.md): half of them hold exactly K conversations, K uniform in 1..``k_max``, at a
-    token length uniform between their shortest record and ``l_tr`` (:func:`fixed_count_record`); half are the
-    benchmark's records (whole conversations until a length uniform up to ``l_tr``, the last cut at a word).
-    Returns (prompt, first topic, conversations in the record)."""
-    from lengthx.tasks.topics import TopicsTask
-
-    order = rng.sample(range(len(conversations)), k_max)
-    chosen = [conversations[j] for j in order]
-    if rng.random() < 0.5:
-        k = rng.randint(1, k_max)
-        need = minimal_tokens(chosen[:k], tokenizer, fmt)
-        prompt, _, _ = fixed_count_record(chosen[:k], tokenizer, rng.randint(need, l_tr), f"train:{rng.random()}",
-                                          fmt)
-        return prompt, chosen[0].topic, k
-    task = TopicsTask(prompt_format=fmt)
-    task._conversations = tuple(conversations)
-    need = minimal_tokens(chosen[:1], tokenizer, fmt)
-    rest = [j for j in rng.sample(range(len(conversations)), min(len(conversations), 64)) if j not in order]
-    prompt, _, n, _ = task.fit_record(order + rest, tokenizer, rng.randint(need, l_tr))
-    return prompt, chosen[0].topic, n

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from lengthx.core.store import ResultsStore
+from lengthx.core.store import UNALIGNED_MARK, ResultsStore
 from lengthx.report.tables.intervals import table_intervals
-from lengthx.report.tables.render import latest_ok
+from lengthx.report.tables.render import latest_ok, unaligned
 
 
 def _value(value: float, low: float, high: float, right_or_wrong: bool) -> str:
@@ -58,7 +58,8 @@ def readings(store: ResultsStore, df: pd.DataFrame, baseline: str = "none") -> l
         for r in others:
             c = intervals[(model, r.method, task, str(setting), metric)]
             tau = pd.to_numeric(pd.Series([r.tau]), errors="coerce").iloc[0]
-            tau_text = f" (τ = {tau:.2f})" if pd.notna(tau) else ""
+            tau_text = f" (τ = {tau:.2f}{UNALIGNED_MARK}, the grid's end, short of S̄_tr(1))" if pd.notna(tau) \
+                and unaligned(r) else (f" (τ = {tau:.2f})" if pd.notna(tau) else "")
             text += (f", {r.method} {_value(float(r.value), c.low, c.high, score)}{tau_text}, "
                      + (f"Δ {c.delta:+.0f} [{c.delta_low:+.0f}, {c.delta_high:+.0f}]" if score else
                         f"Δ {c.delta:+.3g} [{c.delta_low:+.3g}, {c.delta_high:+.3g}]"))

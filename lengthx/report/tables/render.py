@@ -16,7 +16,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from lengthx.config import CONF_DIR
-from lengthx.core.store import ResultsStore
+from lengthx.core.store import SHORT_OF_TARGET, UNALIGNED_MARK, ResultsStore
 from lengthx.report.tables.intervals import CellInterval, table_intervals
 from lengthx.report.tables.published import published_rows
 from lengthx.report.tables.spec import METHOD_LABELS, PAPER_ROW_METHODS, Column, Row, TableSpec
@@ -38,6 +38,16 @@ def model_info() -> dict[str, dict[str, str]]:
 
 
 CELL_KEY = ["model", "method", "task", "setting", "metric"]
+
+
+def unaligned(row: pd.Series | tuple) -> bool:
+    """Whether a row's τ is Algorithm 1's grid end short of S̄_tr(1) (its ``message``, lengthx.core.store)."""
+    message = row.get("message") if isinstance(row, pd.Series) else getattr(row, "message", "")
+    return str(message) == SHORT_OF_TARGET
+
+
+UNALIGNED_NOTE = (f"{UNALIGNED_MARK} τ is the end of Algorithm 1's grid (the paper's: 1.0 → 0.5) and S̄_ex(τ) had not "
+                  "reached S̄_tr(1) there: the search stopped short, it did not align.")
 
 
 def latest_ok(df: pd.DataFrame) -> pd.DataFrame:
@@ -147,6 +157,8 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
     paired: list[tuple[str, list[str], bool]] = []
     info = model_info()
     index = {(r.model, r.method, r.task, str(r.setting), r.metric): r.value for r in ok.itertuples()}
+    short = {(r.model, r.method, r.task, str(r.setting), r.metric): True for r in ok.itertuples()
+             if r.metric == "tau" and unaligned(r)}  # τ of Algorithm 1 at its grid's end, short of its target
     counts = {key: int(n) for key, n in zip(index, ok["n"] if "n" in ok.columns else [None] * len(ok), strict=True)
               if n is not None and pd.notna(n)}
     usual = _usual_count(counts, spec)
@@ -187,6 +199,10 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
                 label = display if is_model else dict(spec.labels).get(method) or METHOD_LABELS.get(method, f"w/ {method}")
             group_rows.append((len(body), vals))
             cells = _cells(spec, vals, published, role, method, row, compare_paper)
+            marks = [not c.average_of and _lookup(short, spec, model, method, c.task, c.setting, metric or c.metric)
+                     is not None for c in spec.columns]
+            cells = [f"{cell}{UNALIGNED_MARK}" if cell and mark else cell
+                     for cell, mark in zip(cells, [*marks, False][:len(cells)], strict=True)]
             if intervals:
                 found = [_interval(intervals, spec, model, method, c, metric or c.metric) for c in spec.columns]
                 cells = [f"{c} [{_fmt(spec, iv.low)}, {_fmt(spec, iv.high)}]" if iv else c
@@ -230,6 +246,8 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
         markdown += (f"\nOur value, then the published one in parentheses (– where ours is missing)"
                      f"{'; ' + note if note else ''}.\n")
     data_notes = table_notes(spec, ok[ok["model"].isin(models)] if not ok.empty else ok)
+    if any(any(UNALIGNED_MARK in c for c in cells) for _, cells, _ in body if short):
+        data_notes.append(UNALIGNED_NOTE)
     if data_notes:
         markdown += "\n" + "\n\n".join(data_notes) + "\n"
     return Rendered(_latex(spec, groups, headers, body, [n for n in (derived, *data_notes) if n]), markdown, missing)

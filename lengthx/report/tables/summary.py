@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from lengthx.report.tables.render import latest_ok
+from lengthx.core.store import UNALIGNED_MARK
+from lengthx.report.tables.render import UNALIGNED_NOTE, latest_ok, unaligned
 
 OTHER_CODE = "†"
 
@@ -20,7 +21,8 @@ OTHER_CODE = "†"
 def _entry(row: pd.Series, current: str | None) -> str:
     tau = row.get("tau")
     shown = f"{row['value']:g}" if isinstance(row["value"], float) else str(row["value"])
-    tau_text = f"τ={float(tau):.2f}, " if pd.notna(tau) and str(tau) != "" and float(tau) != 1.0 else ""
+    mark_tau = UNALIGNED_MARK if unaligned(row) else ""
+    tau_text = f"τ={float(tau):.2f}{mark_tau}, " if pd.notna(tau) and str(tau) != "" and float(tau) != 1.0 else ""
     n = row.get("n")
     n_text = f"n={int(n)}" if pd.notna(n) else "n=?"
     mark = OTHER_CODE if other_code(row.get("git_commit"), current) else ""
@@ -56,7 +58,8 @@ def summary_markdown(df: pd.DataFrame, current: str | None = None) -> str:
         lines.append(f"| {model} | {task} | {setting} | {metric} | "
                      + " | ".join(by_method.get(m, "–") for m in methods) + " |")
     note = code_versions_note(ok, current)
-    return "\n".join(lines) + (f"\n\n{OTHER_CODE} {note}" if note else "")
+    short = UNALIGNED_NOTE if any(unaligned(r) for _, r in ok.iterrows()) else ""
+    return "\n".join(lines) + (f"\n\n{short}" if short else "") + (f"\n\n{OTHER_CODE} {note}" if note else "")
 
 
 def code_versions_note(df: pd.DataFrame, current: str | None) -> str | None:
