@@ -8,7 +8,7 @@ export TOKENIZERS_PARALLELISM := false
 # The suite runs in one process per core (pytest-xdist, at most 4), each test file in one of them, one thread each.
 PYTEST_PARALLEL ?= -n auto --maxprocesses 4 --dist loadfile
 
-.PHONY: gpu-study-carry install test test-fast demo bench gpu-wheels bench-gpu tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5 mini-t5-lm mini-t5-lm-study mini-t5-study lint clean
+.PHONY: gpu-study-carry install test test-fast demo bench gpu-wheels bench-gpu tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5 mini-t5-lm mini-t5-lm-study mini-t5-study mini-t5-counts-study lint clean
 
 install: $(VENV)/.installed
 
@@ -183,11 +183,28 @@ mini-t5-study: install
 	$(call study_train,$(STUDY_SEEDS))
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/study_mini_t5.py
 
-# The shipped Flan-T5 stand-in, lengthx/checkpoints/mini-t5: seed 0 of the study (trained if its snapshots are not
-# committed), then the snapshot the study's selection rule picks, copied with its card (docs/mini-t5-study.md).
+# The first-of-K stand-in study (docs/mini-t5-study.md, second study): one CPU-trained T5 per seed in COUNTS_SEEDS on
+# passkey and topics records of 1-6 conversations in the short format (3200 steps on one thread, fp16 snapshots at
+# fixed steps committed to results/mini-t5-counts/snapshots), then every snapshot x variant x length x method with the
+# harness, the picked snapshot first. Both steps resume; a seed whose last snapshot is committed is not trained again.
+COUNTS_SEEDS ?= 0 1
+COUNTS_RECIPE := --device cpu --d-model 128 --d-kv 32 --heads 4 --d-ff 512 --enc-layers 3 --dec-layers 2 \
+	--batch-size 32 --w-passkey 0.5 --w-lines 0 --w-topics 0.5 --topics-records counts --topics-k-max 6 \
+	--topics-format short --card-counts 1,2,3,4,5 --gate-minutes 0 --warmup 100 --max-minutes 0 --max-steps 3200 \
+	--export-steps 1200,1800,2400,3200 --log-every 50 --eval-every 400 --eval-n 16 --final-n 60 --final-lengths 256
+counts_train = for s in $(1); do test -f results/mini-t5-counts/snapshots/seed$$s/step-03200/README.md && continue; \
+		OMP_NUM_THREADS=1 $(BIN)/python scripts/train_mini_t5.py $(COUNTS_RECIPE) --seed $$s \
+		--out results/mini-t5-counts/train/seed$$s --snapshots-to results/mini-t5-counts/snapshots/seed$$s || exit 1; done
+mini-t5-counts-study: install
+	$(call counts_train,$(COUNTS_SEEDS))
+	OMP_NUM_THREADS=1 $(BIN)/python scripts/study_mini_t5_counts.py
+
+# The shipped Flan-T5 stand-in, lengthx/checkpoints/mini-t5: both seeds of the first-of-K study (trained if their
+# snapshots are not committed), then the snapshot its selection rule picks, copied with its card
+# (docs/mini-t5-study.md). The first study's stand-in stays in results/mini-t5-study/snapshots.
 mini-t5: install
-	$(call study_train,0)
-	$(BIN)/python scripts/study_mini_t5.py --ship lengthx/checkpoints/mini-t5
+	$(call counts_train,0 1)
+	$(BIN)/python scripts/study_mini_t5_counts.py --ship lengthx/checkpoints/mini-t5
 
 mini-t5-lm-study: install
 	$(BIN)/python scripts/train_mini_t5_lm.py --out runs/mini-t5-lm-h8 --heads 8 --steps 2000 --snapshots 1000 --export runs/mini-t5-lm-h8/export

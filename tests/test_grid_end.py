@@ -9,7 +9,7 @@ import json
 import pytest
 from test_runner import run_command
 
-from lengthx.alignment.algorithm1 import TEMPERATURE_GRID, Alignment, align_temperature, temperature_grid
+from lengthx.alignment.algorithm1 import TEMPERATURE_GRID, align_temperature, temperature_grid
 from lengthx.core.runner import short_of_target
 from lengthx.core.store import SHORT_OF_TARGET, ResultsStore
 from lengthx.report.tables.reading import readings

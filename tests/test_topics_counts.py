@@ -9,8 +9,8 @@ import re
 import pytest
 from transformers import AutoTokenizer
 
-from lengthx.cli import main
 from lengthx import mini_path
+from lengthx.cli import main
 from lengthx.tasks.base import Setting
 from lengthx.tasks.topics import HEADER, SHORT_HEADER, TopicsTask, topics_prompt
 

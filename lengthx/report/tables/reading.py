@@ -52,9 +52,10 @@ def readings(store: ResultsStore, df: pd.DataFrame, baseline: str = "none") -> l
         ratio = f"{float(b['L_ex']) / l_tr:.0f}× L_tr, " if l_tr else ""
         text = (f"{model} {task} {setting} ({ratio}n = {base.n}): τ = 1 "
                 f"{_value(float(b['value']), base.low, base.high, score)}")
-        at_l_tr = _at_training_length(ok, intervals, model, task, metric, l_tr, baseline)
+        at_l_tr = _at_training_length(ok, intervals, model, task, metric, l_tr, baseline, _count(setting))
         if at_l_tr and str(setting) != at_l_tr[0]:
-            text += f" ({_value(*at_l_tr[1:], score)} at L_tr)"
+            same = _count(setting).removeprefix("-").replace("topics", " topics")  # the count both settings hold
+            text += f" ({_value(*at_l_tr[1:], score)} at L_tr{', ' + same if same else ''})"
         for r in others:
             c = intervals[(model, r.method, task, str(setting), metric)]
             tau = pd.to_numeric(pd.Series([r.tau]), errors="coerce").iloc[0]
@@ -67,14 +68,21 @@ def readings(store: ResultsStore, df: pd.DataFrame, baseline: str = "none") -> l
     return lines
 
 
+def _count(setting: object) -> str:
+    """What a setting label fixes beside its length: ``-3topics`` of ``1024tokens-3topics`` (task.num_topics)."""
+    label = str(setting)
+    return label.split("tokens", 1)[1] if "tokens" in label else ""
+
+
 def _at_training_length(ok: pd.DataFrame, intervals: dict, model: str, task: str, metric: str, l_tr: float | None,
-                        baseline: str) -> tuple[str, float, float, float] | None:
-    """(setting, value, low, high) of the baseline cell whose requested length is the model's L_tr, if any."""
+                        baseline: str, count: str = "") -> tuple[str, float, float, float] | None:
+    """(setting, value, low, high) of the baseline cell whose requested length is the model's L_tr, at the same
+    fixed count of conversations as the setting read (``count``: :func:`_count`), if any."""
     if l_tr is None:
         return None
     rows = ok[(ok["model"] == model) & (ok["task"] == task) & (ok["method"] == baseline) & (ok["metric"] == metric)]
     for r in rows.itertuples():
-        if pd.to_numeric(pd.Series([r.L_req]), errors="coerce").iloc[0] == l_tr:
+        if pd.to_numeric(pd.Series([r.L_req]), errors="coerce").iloc[0] == l_tr and _count(r.setting) == count:
             c = intervals.get((model, baseline, task, str(r.setting), metric))
             if c is not None:
                 return str(r.setting), float(r.value), c.low, c.high
