@@ -55,7 +55,7 @@ def _ls() -> None:
             raw = OmegaConf.load(CONF_DIR / group / f"{name}.yaml")
             desc = raw.get("description") or _first_comment(CONF_DIR / group / f"{name}.yaml")
             extra = f" [{raw.get('family')}, L_tr={raw.get('l_tr')}, {raw.get('hub_id') or 'local'}]" \
-                if group == "model" else ""
+                if group == "model" and not raw.get("own") else ""
             print(f"  {name:20s} {desc}{extra}")
 
 
