@@ -93,6 +93,14 @@ def test_an_own_checkpoint_runs_end_to_end_under_its_own_name(own_models, family
     assert len(info["evaluated"]) == len(TEMPERATURE_GRID) and tau in TEMPERATURE_GRID
     main(["tables", "--summary", "--results-dir", str(res)])
     assert re.search(rf"^\| {name} \| passkey \| 256tokens \| accuracy \| .*τ=", capsys.readouterr().out, re.M)
+    if family == "t5":  # paper A's figures of its attention (lengthx stats) carry the name too
+        p = _cli(["stats", "model=hf", f"model.path={path}", "model.l_tr=128", "task=passkey", "task.unit=tokens",
+                  "task.settings=[256]", "calibration.num_examples=1", f"results_dir={res}"])
+        assert p.returncode == 0, p.stderr[-3000:]
+        main(["figures", "--results-dir", str(res)])
+        drawn = {f.name for f in (res / "figures").glob("*.png")}
+        assert {f"fig1_bias_{name}.png", f"fig2_qq_{name}_passkey.png", f"fig7_temperature_{name}_passkey.png"} \
+            <= drawn, drawn
 
 
 def _refused(argv: list[str], capsys) -> str:

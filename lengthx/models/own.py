@@ -25,7 +25,7 @@ from typing import Any
 
 from omegaconf import open_dict
 
-from lengthx.config import CONF_DIR, choices
+from lengthx.config import choices
 from lengthx.errors import UsageError
 from lengthx.models.model_types import FAMILY_PE, MODEL_TYPES, trusted_keys_text, trusted_training_length
 
@@ -161,8 +161,3 @@ def resolve_own_model(model_cfg: Any) -> None:
         model_cfg.display = model_cfg.get("display") or str(name)
         model_cfg.pe = model_cfg.get("pe") or FAMILY_PE[family]
         model_cfg.description = f"own checkpoint {path or hub_id} ({model_type})"
-
-
-def own_config_path() -> Path:
-    """``conf/model/hf.yaml``."""
-    return CONF_DIR / "model" / f"{OWN_CONFIG}.yaml"
