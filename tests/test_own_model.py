@@ -66,8 +66,8 @@ def own_models(tmp_path_factory) -> dict[str, str]:
             "bert": _save(bert, "mini-gpt2", root / "tiny-bert")}
 
 
-def _cli(args: list[str]) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+def _cli(args: list[str], **extra_env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **extra_env}
     return subprocess.run(LENGTHX + args, capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -152,18 +152,24 @@ def test_the_family_and_a_trusted_length_come_from_config_json(own_models, tmp_p
     assert named.model.name == "mine" and named.model.trust_remote_code is False
 
 
-def test_a_hub_id_is_resolved_from_the_local_cache_and_named_by_its_repository(own_models, tmp_path, monkeypatch):
+def test_a_hub_id_runs_from_the_local_cache_named_by_its_repository(own_models, tmp_path, monkeypatch):
     import huggingface_hub.constants
 
     snapshot = tmp_path / "models--acme--tiny-llama-v2" / "snapshots" / ("0" * 40)
-    snapshot.mkdir(parents=True)
-    shutil.copy(Path(own_models["llama"]) / "config.json", snapshot / "config.json")
+    shutil.copytree(own_models["llama"], snapshot)  # the cache's layout: a snapshot per revision, refs/main
     (tmp_path / "models--acme--tiny-llama-v2" / "refs").mkdir()
     (tmp_path / "models--acme--tiny-llama-v2" / "refs" / "main").write_text("0" * 40)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     cfg = compose_run(["model=hf", "model.hub_id=acme/tiny-llama-v2", "model.l_tr=64"])
     assert (cfg.model.name, cfg.model.family, cfg.model.path) == ("tiny-llama-v2", "llama", None)
+    res = tmp_path / "res"
+    p = _cli(["run", "model=hf", "model.hub_id=acme/tiny-llama-v2", "model.l_tr=128", "task=passkey", "method=log",
+              "task.unit=tokens", "task.settings=[256]", "task.num_examples=1", f"results_dir={res}"],
+             HF_HUB_CACHE=str(tmp_path))
+    assert p.returncode == 0, p.stderr[-3000:]
+    df = ResultsStore(res).read()
+    assert set(df["cell"]) == {"tiny-llama-v2|log|passkey|256tokens"} and (df["status"] == "ok").all()
     with pytest.raises(UsageError, match="hub_id=acme/absent: its config.json is neither in the local"):
         compose_run(["model=hf", "model.hub_id=acme/absent", "model.l_tr=64"])
     # a configured model's repository keeps its rows apart from the configured model's: hf-<name>

@@ -33,6 +33,7 @@ log = logging.getLogger("lengthx")
 
 OWN_CONFIG = "hf"  # conf/model/hf.yaml: the entry whose checkpoint is the user's (its key ``own: true``)
 OWN_PREFIX = "hf-"  # a derived name that is a configured model's gets this prefix
+_RENAMED: set[str] = set()  # derived names already announced as hf-<name>
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")  # a model name as rows, cell keys and file names carry it
 
 
@@ -55,8 +56,10 @@ def derived_name(path: str | None, hub_id: str | None) -> str:
         raise UsageError(f"model=hf: no name can be derived from {_source(path, hub_id)}. Fix: name it, e.g. "
                          "model.name=my-model")
     if name in configured_names():
-        log.info("model=hf: %s is named %s%s (%s is a configured model's name: conf/model/%s.yaml)",
-                 _source(path, hub_id), OWN_PREFIX, name, name, name)
+        if name not in _RENAMED:  # said once per process (a sweep resolves each job)
+            _RENAMED.add(name)
+            log.info("model=hf: %s is named %s%s (%s is a configured model's name: conf/model/%s.yaml)",
+                     _source(path, hub_id), OWN_PREFIX, name, name, name)
         name = OWN_PREFIX + name
     return name
 
