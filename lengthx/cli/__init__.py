@@ -55,7 +55,7 @@ def _ls() -> None:
             raw = OmegaConf.load(CONF_DIR / group / f"{name}.yaml")
             desc = raw.get("description") or _first_comment(CONF_DIR / group / f"{name}.yaml")
             extra = f" [{raw.get('family')}, L_tr={raw.get('l_tr')}, {raw.get('hub_id') or 'local'}]" \
-                if group == "model" else ""
+                if group == "model" and not raw.get("own") else ""
             print(f"  {name:20s} {desc}{extra}")
 
 
@@ -101,7 +101,8 @@ PLAN_HELP = """lengthx plan [profile=paper] [experiment=NAME[,NAME…]] [KEY=VAL
 experiments (or of those named; paper B's sb_* with the training runs each needs), with the count per table beside
 the published table's. Loads no model and writes nothing; -m is implied (experiments are sweeps)."""
 
-GROUP_HELP = {"task": "what to run", "method": "how τ is chosen", "model": "the model (profile=mini: its stand-in)",
+GROUP_HELP = {"task": "what to run", "method": "how τ is chosen",
+              "model": "the model (profile=mini: its stand-in; hf: your own, model.path=DIR or model.hub_id=ID)",
               "profile": "mini (offline minis) | paper (the papers' lengths)",
               "experiment": "one paper table's sweep, with -m"}
 

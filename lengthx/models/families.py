@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from lengthx.models.model_types import FAMILY_PE, MODEL_TYPES
+
 SCOPES = ("encoder", "all")
 
 
@@ -77,12 +79,12 @@ class Family:
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in [
-        Family("t5", "learned relative buckets", True, _t5_modules),
-        Family("gpt2", "APE", False, _gpt2_modules),
-        Family("gpt_neox", "RoPE", False, _neox_modules),
-        Family("llama", "RoPE", False, _llama_modules),
+        Family("t5", FAMILY_PE["t5"], True, _t5_modules),
+        Family("gpt2", FAMILY_PE["gpt2"], False, _gpt2_modules),
+        Family("gpt_neox", FAMILY_PE["gpt_neox"], False, _neox_modules),
+        Family("llama", FAMILY_PE["llama"], False, _llama_modules),
         # BLOOM computes ALiBi inline in an eager-only attention: τ enters through its baddbmm factors.
-        Family("bloom", "ALiBi", False, _bloom_modules, attn_implementation="eager"),
+        Family("bloom", FAMILY_PE["bloom"], False, _bloom_modules, attn_implementation="eager"),
     ]
 }
 
@@ -101,12 +103,6 @@ def base_model(model: nn.Module) -> nn.Module:
         if hasattr(model, attr):
             return getattr(model, attr)
     return model
-
-
-# transformers' ``config.model_type`` of the models each adapter serves (a plain model handed to the public API,
-# ``lengthx.api``): T5-family encoders for paper A, and the decoders whose attention carries τ
-MODEL_TYPES: dict[str, str] = {"t5": "t5", "gpt2": "gpt2", "gpt_neox": "gpt_neox", "llama": "llama",
-                               "mistral": "llama", "qwen2": "llama", "bloom": "bloom"}
 
 
 def family_of(model: nn.Module) -> Family:

@@ -32,11 +32,9 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from lengthx.attention.temperature import register as register_attention
 from lengthx.errors import UserError
 from lengthx.models.families import Family, get_family
+from lengthx.models.model_types import family_model_types
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")  # either one makes a loadable tokenizer directory
-# the config.json model_type(s) each family loads (lengthx.models.families)
-FAMILY_MODEL_TYPES = {"t5": ("t5",), "gpt2": ("gpt2",), "gpt_neox": ("gpt_neox",), "llama": ("llama",),
-                      "bloom": ("bloom",)}
 # an embedding matrix may be padded past the tokenizer's vocabulary, up to this multiple (T5: 32100 → 32128,
 # Pythia: 50277 → 50304, BLOOM: 250680 → 250880); more rows than that belong to another tokenizer
 VOCAB_PADDING = 512
@@ -297,7 +295,7 @@ def check_model_dir(model_cfg: Any) -> None:
         return
     data = read_json_file(root / "config.json", name)
     model_type = str(data.get("model_type", ""))
-    allowed = FAMILY_MODEL_TYPES.get(family.name, (family.name,))
+    allowed = family_model_types(family.name)
     if model_type not in allowed:
         raise ModelNotAvailable(
             f"model '{name}': {root / 'config.json'} is a {model_type or 'model without a model_type'} checkpoint, "

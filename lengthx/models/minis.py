@@ -4,7 +4,8 @@ A paper model's config (``conf/model/gpt2.yaml``) names its stand-in with ``mini
 config (``conf/model/mini-gpt2.yaml``) whose ``path`` is a checkpoint under ``lengthx/checkpoints/``. In the
 mini profile the paper model keeps its name (so results land in its table rows) but takes the mini's
 weights and training length: ``model=gpt2`` runs mini-gpt2 at L_t = 128, and task lengths that scale with
-L_tr scale with the mini's. An explicit ``model.path=`` always wins; other profiles are untouched.
+L_tr scale with the mini's. An explicit ``model.path=`` always wins; other profiles are untouched. ``model=hf``
+(your own checkpoint, :mod:`lengthx.models.own`) is resolved from its checkpoint here and never mapped.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from omegaconf import OmegaConf, open_dict
 
 from lengthx.config import CONF_DIR, TRAIN_CONFIG, compose, register_resolvers
 from lengthx.errors import UsageError
+from lengthx.models.own import resolve_own_model
 
 CONF_MODEL_DIR = CONF_DIR / "model"
 
@@ -35,11 +37,13 @@ def apply_profile(cfg: Any) -> Any:
     """Map ``cfg.model`` onto its shipped mini when the profile is ``mini`` and no ``model.path`` is given.
 
     Sets ``model.path``, ``model.l_tr`` and ``model.mini`` (the stand-in's name) in place and returns ``cfg``.
-    A missing checkpoint is an error naming the script that trains it.
+    A missing checkpoint is an error naming the script that trains it. ``model=hf`` takes its family, L_tr and
+    name from its checkpoint instead (:func:`lengthx.models.own.resolve_own_model`).
     """
     profile = cfg.get("profile")
     name = profile.get("name") if profile is not None else None
     model = cfg.get("model")
+    resolve_own_model(model)
     if name == "paper" and model is not None and model.get("trained_by"):
         raise UsageError(f"profile=paper runs the papers' models, and model={model.name} is a shipped mini: name "
                          "one (model=flan-t5-xl, model=gpt2, … see `lengthx ls`), or run the mini with profile=mini")

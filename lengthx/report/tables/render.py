@@ -25,10 +25,13 @@ Published = list[tuple[str, str, list[str]]]
 
 
 def model_info() -> dict[str, dict[str, str]]:
-    """Display name, paper role and PE of every configured model."""
+    """Display name, paper role and PE of every configured model (not ``model=hf``'s entry: an own checkpoint
+    is named by its rows, docs/design.md §4)."""
     out = {}
     for path in sorted((CONF_DIR / "model").glob("*.yaml")):
         raw = OmegaConf.load(path)
+        if raw.get("own"):
+            continue
         out[str(raw.name)] = {"display": str(raw.get("display") or raw.name),
                               "paper_role": str(raw.get("paper_role") or raw.get("display") or raw.name),
                               "stand_in": "yes" if raw.get("paper_role") else "",
@@ -164,6 +167,7 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
     usual = _usual_count(counts, spec)
     present = {m for (m, _, t, _, _) in index if t in spec.tasks}
     models = [m for m in spec.models if m in present] if spec.models else sorted(present)
+    models = [m for m in models if m in info or _fills_a_column(spec, index, m)]  # own models where they match
     metrics = {c.metric for c in spec.columns}
     extra = sorted({me.split("@")[0] for (m, me, t, _, mt) in index
                     if t in spec.tasks and mt in metrics} - set(spec.methods) - {"stats", "none"}) \
@@ -251,6 +255,14 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
     if data_notes:
         markdown += "\n" + "\n\n".join(data_notes) + "\n"
     return Rendered(_latex(spec, groups, headers, body, [n for n in (derived, *data_notes) if n]), markdown, missing)
+
+
+def _fills_a_column(spec: TableSpec, index: dict, model: str) -> bool:
+    """Whether ``model`` has a value in some column of ``spec`` (its task, setting and metric): a model run with
+    ``model=hf`` gets a row only in the tables whose task and settings it ran (docs/design.md §4)."""
+    metrics = {c.metric for c in spec.columns} | {r.metric for r in spec.rows or ()}
+    have = {(t, s) for (m, _, t, s, mt) in index if m == model and mt in metrics}
+    return any((c.task, s) in have for c in spec.columns for s in (c.average_of or (c.setting,)))
 
 
 def _usual_count(counts: dict[tuple[str, str, str, str, str], int], spec: TableSpec) -> int | None:
