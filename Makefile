@@ -30,15 +30,16 @@ test-fast: install
 	$(BIN)/lint-imports
 	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests -m "not slow" $(PYTEST_PARALLEL); rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
 
-# The main job on a demo-sized slice: the Flan-T5 stand-in on LongEval topics (paper A, Table 4) at its training
-# length and at the mini profile's shortest topics setting (5 topics, about 5x L_tr), τ = 1 beside P_max
-# (Algorithm 1, 1 calibration example), 60 examples each; the summary ends with one reading per setting, with
-# intervals. `make demo DEMO_ARGS=` runs every topics setting of the mini profile. Cells resume.
-DEMO_ARGS ?= task.num_examples=60 calibration.num_examples=1 'task.only=[5]'
+# The main job on a demo-sized slice: the Flan-T5 stand-in on LongEval topics (paper A, Table 4) with exactly
+# DEMO_K conversations per record, a count it handles at its training length, at L_tr and at DEMO_LENGTH tokens:
+# τ = 1 beside P_max (Algorithm 1, 1 calibration example), 60 examples each; the summary ends with one reading per
+# setting, with intervals and τ = 1's accuracy at L_tr at the same count. Cells resume.
+DEMO_K ?= 3
+DEMO_LENGTH ?= 1024
+DEMO_ARGS ?= task=topics task.num_topics=$(DEMO_K) task.unit=tokens task.num_examples=60
 demo: install
-	$(LX) run task=topics method=none task.unit=tokens 'task.settings=[256]' task.num_examples=60
-	$(LX) run task=topics method=none $(DEMO_ARGS)
-	$(LX) run task=topics method=pmax $(DEMO_ARGS)
+	$(LX) run $(DEMO_ARGS) 'task.settings=[256,$(DEMO_LENGTH)]' method=none
+	$(LX) run $(DEMO_ARGS) 'task.settings=[$(DEMO_LENGTH)]' method=pmax calibration.num_examples=1
 	$(LX) tables --summary
 
 bench: install

@@ -104,14 +104,20 @@ def select(snaps: list[Snapshot]) -> Snapshot | None:
 
 # ---- measuring ---------------------------------------------------------------------------------------------
 def run_config(snap: Snapshot, results: Path, task: str, method: str, lengths: list[int], examples: int,
-               calibration: int, device: str = "auto") -> Any:
+               calibration: int, device: str = "auto", task_seed: int = 0) -> Any:
     from lengthx.models.minis import compose_run
 
+    seed = [f"task.seed={task_seed}"] if task_seed else []  # the study's own cells keep their hashes
     return compose_run([
         "model=mini-t5", f"model.path={snap.path}", f"model.l_tr={L_TR}", f"task={task}", f"method={method}",
         f"task.settings=[{','.join(map(str, lengths))}]", "task.unit=tokens", f"task.num_examples={examples}",
-        f"results_dir={results / snap.name}", f"calibration.num_examples={calibration}", f"device={device}",
+        f"results_dir={results / snap.name}", f"calibration.num_examples={calibration}", f"device={device}", *seed,
     ])
+
+
+def replication_root(results: Path, task_seed: int) -> Path:
+    """Where cells measured again at another task seed live (a positive finding's replication on new examples)."""
+    return results / "replication" / f"task-seed{task_seed}"
 
 
 def measure(snap: Snapshot, args: argparse.Namespace) -> None:
@@ -120,12 +126,16 @@ def measure(snap: Snapshot, args: argparse.Namespace) -> None:
     from lengthx.core.statistics import run_statistics
 
     results = Path(args.results)
+    if args.task_seed:  # a replication: the cells again on examples the study never used, no statistics
+        results = replication_root(results, args.task_seed)
     for task in args.tasks:
         for method in METHODS:
             cfg = run_config(snap, results, task, method, args.lengths, args.examples, args.calibration,
-                             args.device)
+                             args.device, args.task_seed)
             for cell in Runner(cfg).run():
                 print(f"{snap.name}: {cell['cell']} {cell['status']} {cell.get('value', '')}", flush=True)
+        if args.task_seed:
+            continue
         stats_cfg = run_config(snap, results, task, "none", [max(args.lengths)], args.examples, args.stats_examples,
                                args.device)
         run_statistics(Runner(stats_cfg))
@@ -204,7 +214,8 @@ def _picked(picked: str | None, every: list[Snapshot]) -> str:
 
 
 def render_markdown(summaries: list[dict[str, Any]], picked: str | None, every: list[Snapshot],
-                    agreement: list[dict[str, Any]] | None = None) -> str:
+                    agreement: list[dict[str, Any]] | None = None,
+                    replications: dict[int, list[dict[str, Any]]] | None = None) -> str:
     """study.md: the selection, then one table per snapshot and task, the dispersal statistics, and cells measured
     on two devices (:func:`device_agreement`)."""
     out = ["# mini-t5 retrieval study: measured (scripts/study_mini_t5.py)", "",
@@ -256,6 +267,21 @@ def render_markdown(summaries: list[dict[str, Any]], picked: str | None, every: 
                 a, b = stats.values()
                 out.append(f"| {s['snapshot']} | {task} | {a['l0_pmax']:.3f} → {b['l0_pmax']:.3f} | "
                            f"{a['attn_pmax']:.3f} → {b['attn_pmax']:.3f} | {a['attn_entropy']:.2f} → {b['attn_entropy']:.2f} |")
+    for seed, reps in (replications or {}).items():
+        out += ["", f"## Replication at task seed {seed} (examples the study never used)", "",
+                "The cells of a positive finding measured again on new examples, the same way (`--task-seed`).", "",
+                "| snapshot | task | L_ex / L_tr | n | τ = 1 | " + " | ".join(
+                    f"{METHOD_NAMES[m]} (τ) | Δ {METHOD_NAMES[m]}" for m in METHODS[1:]) + " |",
+                "|" + "---|" * (5 + 2 * (len(METHODS) - 1))]
+        for s in reps:
+            for task, cells in s["tasks"].items():
+                for cell in cells.values():
+                    ms = cell["methods"]
+                    parts = [s["snapshot"], task, f"{cell['L_ex'] / L_TR:.1f}", str(cell["n"]), _pct(ms["none"])]
+                    for m in METHODS[1:]:
+                        c = ms.get(m)
+                        parts += [f"{_pct(c)} ({c['tau']:.2f})", _delta(c.get("delta"))] if c else ["–", "–"]
+                    out.append("| " + " | ".join(parts) + " |")
     if agreement:
         out += ["", "## The same cells on two devices (`device-check/`)", "",
                 "Cells measured once on one device (a store under `device-check/`) and again, from scratch, on "
@@ -341,8 +367,13 @@ def study(results: Path, lengths: list[int]) -> tuple[str, dict[str, Any]]:
     picked = select(every)
     name = picked.name if picked else None
     agreement = device_agreement(results)
-    return render_markdown(summaries, name, every, agreement), {"picked": name, "snapshots": summaries,
-                                                                "device_agreement": agreement}
+    replications: dict[int, list[dict[str, Any]]] = {}
+    for root in sorted((results / "replication").glob("task-seed*")):
+        seed = int(root.name.removeprefix("task-seed"))
+        replications[seed] = [summarize(s, root, lengths) for s in every if (root / s.name / "results.csv").is_file()]
+    return render_markdown(summaries, name, every, agreement, replications), {
+        "picked": name, "snapshots": summaries, "device_agreement": agreement,
+        "replications": {str(k): v for k, v in replications.items()}}
 
 
 def render(results: Path, lengths: list[int]) -> str:
@@ -403,6 +434,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--render-only", action="store_true")
     p.add_argument("--ship", default=None, help="copy the snapshot the rule picks into this directory and stop "
                    "(make mini-t5: lengthx/checkpoints/mini-t5)")
+    p.add_argument("--task-seed", type=int, default=0, help="measure the cells again at this task seed (examples "
+                   "the study never used), into <results>/replication/task-seed<S>/: a positive finding's replication")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--device", default="auto", help="the harness's device (auto = cuda > mps > cpu); each "
                    "results row records the device that computed it")

@@ -248,7 +248,7 @@ def render_markdown(summaries: list[dict[str, Any]], every: list[Snapshot], pick
         out.append(f"| {s.name} | {held_out(s, 'passkey'):.0f} | {held_out(s, 'topics'):.0f} | "
                    + " | ".join(f"{held_out(s, f'topics-k{k}'):.0f}" for k in COUNTS)
                    + f" | {'yes' if meets_bar(s) else 'no'} |")
-    out += ["", "## Matched count: τ = 1 by length at a fixed K, and each rule's Δ at the longest length", ""]
+    out += ["", "## Matched count: topics with exactly K conversations at every length", ""]
     measured = [s for s in summaries if any(s["variants"][f"topics K={k}"] for k in MATCHED)]
     if not measured:
         out += ["(not measured yet)", ""]

@@ -1,0 +1,60 @@
+"""scripts/study_mini_t5_counts.py: the first-of-K stand-in's selection rule and study.md rendered from the
+committed records (docs/mini-t5-study.md, second study)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDY = ROOT / "results" / "mini-t5-counts"
+KS = (1, 2, 3, 4, 5)
+
+
+def _script():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    spec = importlib.util.spec_from_file_location("study_mini_t5_counts", ROOT / "scripts" / "study_mini_t5_counts.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _snapshot(root: Path, seed: int, step: int, passkey: float, topics: float, per_k: tuple[float, ...]) -> None:
+    d = root / "snapshots" / f"seed{seed}" / f"step-{step:05d}"
+    d.mkdir(parents=True)
+    final = {"passkey@256": passkey, "topics@256": topics, **{f"topics-k{k}@256": v for k, v in zip(KS, per_k)}}
+    (d / "curve.json").write_text(json.dumps({"final": final}))
+    (d / "README.md").write_text("card")
+
+
+def test_the_rule_needs_every_count_and_takes_seed_0_first(tmp_path):
+    s = _script()
+    _snapshot(tmp_path, 0, 1200, 100, 95, (100, 98, 95, 92, 88))  # K = 5 below 90
+    _snapshot(tmp_path, 0, 1800, 100, 93, (100, 97, 95, 93, 91))
+    _snapshot(tmp_path, 1, 1200, 100, 99, (100, 100, 99, 99, 98))  # better, but seed 1
+    assert s.select(s.snapshots(tmp_path)).name == "seed0/step-01800"
+    (tmp_path / "snapshots" / "seed0" / "step-01800" / "README.md").unlink()
+    assert s.select(s.snapshots(tmp_path)).name == "seed1/step-01200"
+
+
+def test_the_fallback_takes_the_best_smallest_count_accuracy_at_the_passkey_bar(tmp_path):
+    s = _script()
+    _snapshot(tmp_path, 0, 1200, 100, 95, (100, 98, 95, 92, 60))
+    _snapshot(tmp_path, 0, 1800, 90, 99, (100, 99, 99, 99, 89))  # best counts, passkey below the bar
+    _snapshot(tmp_path, 1, 1200, 100, 95, (100, 98, 95, 92, 70))
+    _snapshot(tmp_path, 1, 2400, 100, 50, (100, 98, 95, 92, 70))  # a tie with seed 1's earlier one
+    picked = s.select(s.snapshots(tmp_path))
+    assert picked.name == "seed1/step-01200" and not s.meets_bar(picked)
+
+
+@pytest.mark.skipif(not (STUDY / "study.md").is_file(), reason="the study has not been rendered yet")
+def test_study_md_is_rendered_from_the_committed_records():
+    s = _script()
+    text, data = s.study(STUDY, list(s.DEFAULT_LENGTHS))
+    assert text == (STUDY / "study.md").read_text()
+    assert data["picked"] == s.select(s.snapshots(STUDY)).name
