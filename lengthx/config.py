@@ -27,6 +27,42 @@ def default_results_dir(profile: str = "mini") -> Path:
     return Path(os.environ.get("LENGTHX_RESULTS") or "results/local") / profile
 
 
+# the environment variables that move where commands write: lengthx run/stats/calibrate, lengthx train
+RESULTS_ENV, RUNS_ENV = "LENGTHX_RESULTS", "LENGTHX_RUNS"
+
+
+def output_place_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a directory lengthx writes into, or None: empty (it would be the current
+    directory, and Hydra's record ``/.hydra``), the file-system root, or inside the lengthx package."""
+    if not str(value).strip():
+        return "is empty"
+    where = Path(value).expanduser().resolve()
+    if where == Path(where.anchor):
+        return "is the file-system root"
+    if where == PACKAGE_DIR or where.is_relative_to(PACKAGE_DIR):
+        return f"lies inside the lengthx package ({PACKAGE_DIR})"
+    return None
+
+
+def check_output_place(value: str, key: str, fix: str) -> None:
+    """Raise :class:`UsageError` naming ``key`` and ``fix`` when lengthx must not write into ``value``
+    (:func:`output_place_problem`): docs/results.md, "No write leaves the results directory"."""
+    problem = output_place_problem(str(value))
+    if problem is not None:
+        raise UsageError(f"{key}={value!s} {problem}; nothing was written. Fix: {fix}")
+
+
+def check_output_env(*names: str) -> None:
+    """Each of ``names`` (:data:`RESULTS_ENV`, :data:`RUNS_ENV`), when set, names a directory lengthx may write
+    into: set but empty, ``/`` or inside the package is a :class:`UsageError`."""
+    defaults = {RESULTS_ENV: "results/local", RUNS_ENV: "runs"}
+    for name in names:
+        value = os.environ.get(name)
+        if value is not None:
+            check_output_place(value, name, f"unset {name} (the default is {defaults.get(name, 'used')}) or set it "
+                               "to a directory, e.g. export " + f"{name}={defaults.get(name, 'DIR')}")
+
+
 def register_resolvers() -> None:
     """``${lengthx_pkg:checkpoints/mini-t5}``: a path inside the installed package (the shipped minis, the
     corpora of ``lengthx/corpora/``); ``${lengthx_repo:…}``: a path in the checkout the package runs from

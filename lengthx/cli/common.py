@@ -10,7 +10,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from lengthx.config import CONF_DIR, RUN_CONFIG, check_overrides, register_resolvers
+from lengthx.config import (
+    CONF_DIR,
+    RESULTS_ENV,
+    RUN_CONFIG,
+    RUNS_ENV,
+    check_output_env,
+    check_overrides,
+    register_resolvers,
+)
 from lengthx.errors import UsageError, UserError, debug_enabled, interrupted, one_line
 
 if TYPE_CHECKING:
@@ -94,6 +102,7 @@ def hydra_entry(task_fn: Callable[[DictConfig], None], argv: list[str], prog: st
     config is validated (``check``: the command's own rule; ``environment``: its results directory and model
     directory too)."""
     check_overrides(argv)
+    check_output_env(RESULTS_ENV, RUNS_ENV)  # before Hydra: it writes its record under results_dir
     register_resolvers()
     configs = validate_jobs(argv, environment, check)
     import hydra

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from lengthx.config import check_output_place
 from lengthx.errors import UserError, one_line
 
 MAX_SETTING = 10_000_000  # the longest setting accepted, in task.unit (10M tokens is far past any model here)
@@ -201,6 +202,8 @@ def validate_run_config(cfg: DictConfig, environment: bool = True, checked: set[
     except ValidationError as err:
         raise ConfigError(_first_error(err)) from None
     check_settings(cfg)
+    check_output_place(str(cfg.results_dir), "results_dir", "pass results_dir= a directory of its own, e.g. "
+                       "results_dir=results/local/mini")
     if not environment:
         return
     from lengthx.core.store import ResultsStore  # the places a run uses: imported only once the values hold
