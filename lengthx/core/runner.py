@@ -54,6 +54,28 @@ def calibration_file(results_dir: Path, cell: Cell, method_cfg: Any, key: dict[s
     return results_dir / "calibration" / safe_name(name)
 
 
+# what a cache of each kind records beside τ and its key: the statistic it aligned (Algorithm 1) or the layer-0
+# statistics of both lengths (Propositions 1-2)
+CACHE_FIELDS = {"aligned": ("tau", "target", "evaluated"), "closed_form": ("tau", "train", "extrapolation")}
+
+# calibration keys that entered the cache key after caches were written with these values (conf/run.yaml): a key
+# at this value stays out of it, so those caches keep their names, and any other value gets caches of its own
+LATER_KEYS = {"seed_offset": 100003, "reference_seed_offset": 200003}
+
+
+def cache_problem(obj: dict[str, Any], key: dict[str, Any], low: float, high: float) -> str | None:
+    """Why a calibration cache cannot stand for ``key`` (None when it can): τ out of (low, high], or an entry of
+    the key it records that differs from ``key`` (a file edited, or copied from another model or cell)."""
+    problem = temperature_problem(obj["tau"], low, high)
+    if problem is not None:
+        return problem
+    expected = json.loads(json.dumps(key, default=str))
+    for name, value in expected.items():
+        if obj.get(name) != value:
+            return f"records {name}={json.dumps(obj.get(name))[:80]}, not this cell's {json.dumps(value)[:80]}"
+    return None
+
+
 class Runner:
     """Runs every setting of one (model, method, task) configuration into a results store."""
 
@@ -255,6 +277,10 @@ class Runner:
             key["disjoint_from_evaluation"] = {"n": self.num_examples(), "reserve": CALIBRATION_RESERVE}
         if self.cfg.task.get("prompt_version") is not None:  # an older prompt's τ is recomputed
             key["prompt_version"] = self.cfg.task.prompt_version
+        for name, before in LATER_KEYS.items():  # the examples calibrated on (reference and L_ex) come from these
+            value = int(self.cfg.calibration.get(name, before))
+            if value != before:
+                key[name] = value
         return key
 
     def calibration_options(self) -> CalibrationOptions:
@@ -267,8 +293,10 @@ class Runner:
         m = self.method
         path, key = self.calibration_path(cell)
         low, high = CLOSED_FORM_TAU_RANGE if m.name in ("prop1", "prop2") else ALIGNED_TAU_RANGE
-        # a damaged cache (not JSON, no τ, a τ out of range) is set aside and recomputed
-        cached = read_json(path, required=("tau",), check=lambda obj: temperature_problem(obj["tau"], low, high))
+        # a damaged cache (not JSON, no τ or statistics, a τ out of range, another cell's key) is set aside and
+        # recomputed
+        fields = CACHE_FIELDS["closed_form" if m.name in ("prop1", "prop2") else "aligned"]
+        cached = read_json(path, required=fields, check=lambda obj: cache_problem(obj, key, low, high))
         if cached is not None:
             return cached["tau"], path, True
         n, cal = int(self.cfg.calibration.num_examples), self.cfg.calibration
