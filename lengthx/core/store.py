@@ -43,6 +43,7 @@ from typing import Any
 import pandas as pd
 from filelock import FileLock
 
+from lengthx.core.store_duplicates import conflicting_lines
 from lengthx.errors import UserError
 
 log = logging.getLogger("lengthx")
@@ -648,8 +649,9 @@ class ResultsStore:
         return self.records_dir / f"{safe_name(cell)}.jsonl"
 
     def load_records(self, cell: str, repair: bool = False) -> dict[str, dict[str, Any]]:
-        """Finished examples of a cell by example id, in the order they were first written (for an id written
-        twice, its last record).
+        """Finished examples of a cell by example id, in the order they were first written (for an id recomputed
+        under another configuration, its last record; two records of one id under one configuration are a
+        conflict, :mod:`lengthx.core.store_duplicates`, named and left out like a bad line).
 
         A line that is not a record (cut short by a kill, not UTF-8, not JSON, no ``id``, no finite ``scores``) is
         named by file and line in a warning and left out, so its example is recomputed; with ``repair`` (a run
@@ -661,14 +663,20 @@ class ResultsStore:
             return {}
         with self.lock if repair else contextlib.nullcontext():
             lines = path.read_bytes().splitlines(keepends=True)
-            out: dict[str, dict[str, Any]] = {}
+            parsed: list[tuple[int, dict[str, Any]]] = []
             bad: list[tuple[int, str]] = []
             for number, line in enumerate(lines, 1):
                 rec, why = _record_problem(line)
                 if rec is not None:
-                    out[rec["id"]] = rec  # an id written twice keeps its first place and its last record
+                    parsed.append((number, rec))
                 elif line.strip():
                     bad.append((number, str(why)))
+            conflicts = conflicting_lines(parsed)
+            bad = sorted(bad + list(conflicts.items()))
+            out: dict[str, dict[str, Any]] = {}
+            for number, rec in parsed:
+                if number not in conflicts:
+                    out[rec["id"]] = rec  # an id recomputed under a new configuration: its first place, last record
             if not bad:
                 return out
             where = "skipped; the next lengthx run recomputes its example"
