@@ -17,7 +17,6 @@ load then waits forever. Its compile has no time limit either. So lengthx:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import shutil
@@ -28,6 +27,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from lengthx.locks import try_owned_lock
 
 log = logging.getLogger(__name__)
 
@@ -79,26 +80,18 @@ def build_lock(build: Path, timeout: float) -> Iterator[None]:
     """Hold lengthx's lock on ``build`` (waiting at most ``timeout`` seconds for another process's compile),
     then remove a torch ``lock`` file left there by a compile that was killed, saying so in one line."""
     path = build / OWN_LOCK
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    deadline, announced = time.monotonic() + timeout, False
+    fd, previous = try_owned_lock(path)
+    while fd is None:
+        if not announced:
+            log.info("lengthx: waiting for process %s, which is compiling the fused statistics kernel in %s",
+                     previous, build)
+            announced = True
+        if time.monotonic() > deadline:
+            raise BuildFailure(f"process {previous} has held {path} for more than {timeout:g} s ({TIMEOUT_ENV})")
+        time.sleep(0.2)
+        fd, previous = try_owned_lock(path)
     try:
-        deadline, announced = time.monotonic() + timeout, False
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if not announced:
-                    owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-                    log.info("lengthx: waiting for process %s, which is compiling the fused statistics kernel in %s",
-                             owner, build)
-                    announced = True
-                if time.monotonic() > deadline:
-                    raise BuildFailure(f"another process has held {path} for more than {timeout:g} s ({TIMEOUT_ENV})"
-                                       ) from None
-                time.sleep(0.2)
-        previous = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
         stale = build / "lock"
         if stale.exists():
             age = time.time() - stale.stat().st_mtime
