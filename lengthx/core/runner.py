@@ -24,6 +24,7 @@ from lengthx.alignment.propositions import RULE_METHODS, closed_form_temperature
 from lengthx.attention.scaling import ROW_RULES, RowScale
 from lengthx.attention.temperature import clear_temperature, set_temperature
 from lengthx.core.cells import RUNNABLE_METHODS, Cell, cell_hash, method_id, model_identity, task_behaviour
+from lengthx.core.length_limits import check_lengths
 from lengthx.core.store import (
     ResultsStore,
     read_json,
@@ -161,7 +162,9 @@ class Runner:
         return kept, n * len(settings)
 
     def run(self) -> list[dict[str, Any]]:
-        """Run all settings (:func:`lengthx.core.sweep.sweep`); returns a summary per cell."""
+        """Run all settings (:func:`lengthx.core.sweep.sweep`) once their lengths are known to fit the model
+        (:func:`lengthx.core.length_limits.check_lengths`); returns a summary per cell."""
+        check_lengths(self)
         return sweep(self.store, self)
 
     # ---- the sweep's view of this run (lengthx.core.sweep.CellJob) -----------------------------------------
