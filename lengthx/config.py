@@ -63,6 +63,20 @@ def check_output_env(*names: str) -> None:
                                "to a directory, e.g. export " + f"{name}={defaults.get(name, 'DIR')}")
 
 
+def results_dir_problem(path: str | Path) -> str | None:
+    """Why ``path`` cannot be a results directory to read (None when it can): it does not exist (a typo), or it
+    is a file (``results.csv`` itself, rather than the directory holding it)."""
+    where = Path(path)
+    if where.is_file():
+        hint = " (results.csv itself)" if where.name == "results.csv" else ""
+        return (f"{where} is a file{hint}, not a results directory. Fix: pass the directory that holds results.csv"
+                f"{f', e.g. {where.parent}' if hint else ''}")
+    if not where.is_dir():
+        return (f"{where} does not exist: no results directory there. Fix: check the path (`lengthx run` writes "
+                f"{default_results_dir()} unless results_dir= or LENGTHX_RESULTS says otherwise)")
+    return None
+
+
 def register_resolvers() -> None:
     """``${lengthx_pkg:checkpoints/mini-t5}``: a path inside the installed package (the shipped minis, the
     corpora of ``lengthx/corpora/``); ``${lengthx_repo:…}``: a path in the checkout the package runs from
@@ -110,9 +124,30 @@ def choices(group: str, command: str | None = None) -> list[str]:
     return [p.stem for p in paths]
 
 
+# the --flags the commands that take overrides accept: lengthx's own and Hydra's
+KNOWN_FLAGS = ("--dry-run", "--debug", "--multirun", "--help", "--hydra-help", "--version", "--cfg", "--resolve",
+               "--package", "--run", "--info", "--shell-completion", "--config-path", "--config-name",
+               "--config-dir", "--experimental-rerun")
+
+
+def check_flags(argv: list[str], command: str = "run") -> None:
+    """A ``--name`` these commands do not know (``lengthx run --task passkey``) is a :class:`UsageError` with the
+    ``key=value`` to write instead."""
+    for k, arg in enumerate(argv):
+        if not arg.startswith("--") or arg.split("=", 1)[0] in KNOWN_FLAGS:
+            continue
+        name, _, value = arg[2:].partition("=")
+        following = argv[k + 1] if k + 1 < len(argv) else ""
+        if not value and following and "=" not in following and not following.startswith("-"):
+            value = following
+        raise UsageError(f"{arg}: lengthx {command} takes its settings as key=value, not --flags. Fix: write "
+                         f"{name.replace('-', '_')}={value or 'VALUE'} (lengthx {command} --help lists the keys)")
+
+
 def check_overrides(overrides: list[str], command: str = "run") -> None:
     """Fail fast on unknown config-group choices (``task=pasky``, a training method in ``lengthx run``),
     listing the valid names."""
+    check_flags(overrides, command)
     names = COMMAND_GROUPS["train" if command == "train" else "run"]
     for ov in overrides:
         if "=" not in ov or ov.startswith("-"):

@@ -17,7 +17,9 @@ from lengthx.config import (
     RUNS_ENV,
     check_output_env,
     check_overrides,
+    default_results_dir,
     register_resolvers,
+    results_dir_problem,
 )
 from lengthx.errors import UsageError, UserError, debug_enabled, interrupted, one_line
 
@@ -36,6 +38,8 @@ def reported(prog: str = "lengthx") -> Iterator[None]:
     and all."""
     try:
         yield
+    except BrokenPipeError:  # the reader of the output went away (lengthx ls | head): nothing more to say
+        quiet_broken_pipe()
     except KeyboardInterrupt as err:
         if debug_enabled():
             raise
@@ -53,6 +57,23 @@ def reported(prog: str = "lengthx") -> Iterator[None]:
         print(f"{prog}: unexpected {type(err).__name__}: {one_line(str(err))} (rerun with --debug or LENGTHX_DEBUG=1 "
               "for the traceback)", file=sys.stderr)
         sys.exit(1)
+
+
+def check_results_dir_argument(value: str) -> None:
+    """``--results-dir`` of ``lengthx tables`` / ``figures`` names a directory to read: one that does not exist or
+    is a file is a :class:`UsageError` (the default, where nothing was run yet, is read as empty)."""
+    if value != str(default_results_dir()):
+        problem = results_dir_problem(value)
+        if problem is not None:
+            raise UsageError(f"--results-dir {problem}")
+
+
+def quiet_broken_pipe() -> None:
+    """End quietly after the reader of stdout went away: further output (Python's own flush at exit too) goes
+    to /dev/null, and the exit status is a pipe's, 141 (128 + SIGPIPE)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(141)
 
 
 # Hydra flags after which the command line is not a run to validate (Hydra prints or inspects something)
