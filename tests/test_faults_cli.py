@@ -70,3 +70,11 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141, err
     assert err == ""
+
+
+def test_a_model_name_too_long_for_a_file_name_is_named(tmp_path):
+    """``model.name=<300 characters>`` failed with "[Errno 36] File name too long" when the first record was
+    written; now the value is named (shortened) with the limit, before any work."""
+    line = _one_line(["run", f"model.name={'m' * 300}", "--dry-run"], "model.name=", "300 characters",
+                     "at most 100", cwd=tmp_path)
+    assert "m" * 100 not in line

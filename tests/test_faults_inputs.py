@@ -14,7 +14,6 @@ import torch
 from conftest import byte_tokenizer, tiny_gpt2, tiny_t5
 
 import lengthx
-from lengthx.core.length_limits import check_lengths
 from lengthx.core.runner import Runner
 from lengthx.models.minis import compose_run
 
@@ -40,6 +39,8 @@ def test_a_gpt2_run_past_its_positions_stops_before_any_cell(tmp_path):
 def test_settings_far_past_the_papers_are_named_once(tmp_path, caplog):
     """``task.settings=[20000]`` meant as the paper's 20k characters runs 20,000 tokens: 78x the mini's L_tr of
     256; one warning gives the ratio and the unit to add."""
+    from lengthx.core.length_limits import check_lengths
+
     runner = Runner(compose_run(["task=passkey", "task.settings=[20000]", f"results_dir={tmp_path}"]))
     with caplog.at_level(logging.WARNING):
         check_lengths(runner)
@@ -86,3 +87,22 @@ def test_the_api_names_a_model_whose_weights_are_not_loaded():
         model = tiny_gpt2(attn="sdpa")
     with pytest.raises(ValueError, match="on the meta device"):
         lengthx.dispersal(model, byte_tokenizer(), [3, 4, 5])
+
+
+def test_a_longeval_file_whose_cases_hold_another_topic_count_is_named(tmp_path):
+    """A ``5_topics.jsonl`` whose cases hold 2 topics was evaluated and reported as ``5topics``; now the check
+    before any work names the file, the line and both counts."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from lengthx.tasks.base import Setting
+    from lengthx.tasks.topics import TopicsTask
+
+    case = {"prompt": "Below is a record … What is the first topic we discussed?", "topics": ["a", "b"]}
+    (tmp_path / "5_topics.jsonl").write_text(json.dumps(case) + "\n")
+    cfg = OmegaConf.create({"testcases_dir": str(tmp_path), "conversations_path": None})
+    problem = TopicsTask.data_problem(cfg, "paper", [Setting("5", 5, "topics")])
+    assert problem is not None and "5_topics.jsonl, line 1: a case of 2 topics in the file of 5 topics" in problem
+    with pytest.raises(ValueError, match="a case of 2 topics"):
+        TopicsTask(testcases_dir=str(tmp_path)).examples(Setting("5", 5, "topics"), None, 1, seed=0)
