@@ -43,6 +43,7 @@ from typing import Any
 import pandas as pd
 from filelock import FileLock
 
+from lengthx.core.store_cache import cached_frame, file_version, keep_frame
 from lengthx.core.store_duplicates import conflicting_lines
 from lengthx.errors import UserError
 
@@ -477,6 +478,10 @@ class ResultsStore:
         a result (:func:`row_problem`: an ``ok`` row whose value is NaN, …) is named with its line in a warning
         and left out; with ``repair`` (the caller holds the lock) it is also moved to a side file."""
         refuse_link(self.csv_path)
+        version = file_version(self.csv_path)
+        kept = cached_frame(self.csv_path.resolve(), version)  # parsed and checked already, unchanged since
+        if kept is not None:
+            return kept
         try:
             data = self.csv_path.read_bytes()
         except FileNotFoundError:
@@ -513,6 +518,8 @@ class ResultsStore:
         df = pd.read_csv(io.StringIO(clean), dtype=dict.fromkeys(TEXT_COLUMNS, str), keep_default_na=False,
                          na_values=[""])
         df["data"] = df["data"].fillna("")  # "" = unknown: a row written before rows named their data
+        if not bad:  # a file with rows left out warns at every read until a run sets them aside
+            keep_frame(self.csv_path.resolve(), version, df)
         return df
 
     def _set_aside_rows(self, text: str, bad: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
