@@ -44,14 +44,14 @@ def test_a_flag_where_key_value_is_meant_gets_the_key_value_to_write(args, fix, 
 
 
 def test_tables_names_a_results_dir_that_is_a_file_or_missing(tmp_path):
-    """``--results-dir <results.csv>`` (before: "unexpected NotADirectoryError", exit 1) and a directory that
-    does not exist (before: created, exit 0)."""
+    """``--results-dir <results.csv>`` (before: "unexpected NotADirectoryError", exit 1) and, for tables, a
+    directory that does not exist (before: created, exit 0; figures may draw training curves into a new one)."""
     csv = tmp_path / "results.csv"
     csv.write_text("paper\n")
-    _one_line(["tables", "--results-dir", str(csv)], "is a file", f"e.g. {tmp_path}")
-    missing = tmp_path / "does-not-exist"
     for command in ("tables", "figures"):
-        _one_line([command, "--results-dir", str(missing)], "does not exist")
+        _one_line([command, "--results-dir", str(csv)], "is a file", f"e.g. {tmp_path}")
+    missing = tmp_path / "does-not-exist"
+    _one_line(["tables", "--results-dir", str(missing)], "does not exist")
     assert not missing.exists()
 
 

@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lengthx.config import (
@@ -59,13 +60,13 @@ def reported(prog: str = "lengthx") -> Iterator[None]:
         sys.exit(1)
 
 
-def check_results_dir_argument(value: str) -> None:
-    """``--results-dir`` of ``lengthx tables`` / ``figures`` names a directory to read: one that does not exist or
-    is a file is a :class:`UsageError` (the default, where nothing was run yet, is read as empty)."""
-    if value != str(default_results_dir()):
-        problem = results_dir_problem(value)
-        if problem is not None:
-            raise UsageError(f"--results-dir {problem}")
+def check_results_dir_argument(value: str, must_exist: bool = True) -> None:
+    """``--results-dir`` of ``lengthx tables`` / ``figures`` names a directory to read: a file is a
+    :class:`UsageError`, and so is one that does not exist when ``must_exist`` (tables; the default directory,
+    where nothing was run yet, is read as empty). ``figures`` draws training curves without results."""
+    problem = results_dir_problem(value)
+    if problem is not None and (Path(value).exists() or (must_exist and value != str(default_results_dir()))):
+        raise UsageError(f"--results-dir {problem}")
 
 
 def quiet_broken_pipe() -> None:

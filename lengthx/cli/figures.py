@@ -20,7 +20,7 @@ def figures_main(argv: list[str]) -> None:
                         "results directory's name, e.g. runs/mini): their metrics.jsonl give the training curves")
     p.add_argument("--out", default=None, help="default: <results-dir>/figures")
     args = p.parse_args(argv)
-    check_results_dir_argument(args.results_dir)
+    check_results_dir_argument(args.results_dir, must_exist=False)  # the figures go to <results-dir>/figures
     # after the arguments: --help and their errors answer without matplotlib, pandas or torch
     from lengthx.api.data import read_results
     from lengthx.core.store import ResultsStore, read_json
