@@ -49,6 +49,7 @@ bench: install
 	$(BIN)/python scripts/bench_algorithm1.py
 	$(BIN)/python scripts/bench_training_memory.py
 	$(BIN)/python scripts/bench_token_ids.py
+	$(BIN)/python scripts/bench_results_scale.py
 
 # Pure-Python packages a bare GPU machine may lack (docs/gpu.md), as wheels in .whl/ (git-ignored).
 gpu-wheels: install

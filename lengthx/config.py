@@ -27,6 +27,56 @@ def default_results_dir(profile: str = "mini") -> Path:
     return Path(os.environ.get("LENGTHX_RESULTS") or "results/local") / profile
 
 
+# the environment variables that move where commands write: lengthx run/stats/calibrate, lengthx train
+RESULTS_ENV, RUNS_ENV = "LENGTHX_RESULTS", "LENGTHX_RUNS"
+
+
+def output_place_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a directory lengthx writes into, or None: empty (it would be the current
+    directory, and Hydra's record ``/.hydra``), the file-system root, or inside the lengthx package."""
+    if not str(value).strip():
+        return "is empty"
+    where = Path(value).expanduser().resolve()
+    if where == Path(where.anchor):
+        return "is the file-system root"
+    if where == PACKAGE_DIR or where.is_relative_to(PACKAGE_DIR):
+        return f"lies inside the lengthx package ({PACKAGE_DIR})"
+    return None
+
+
+def check_output_place(value: str, key: str, fix: str) -> None:
+    """Raise :class:`UsageError` naming ``key`` and ``fix`` when lengthx must not write into ``value``
+    (:func:`output_place_problem`): docs/results.md, "No write leaves the results directory"."""
+    problem = output_place_problem(str(value))
+    if problem is not None:
+        raise UsageError(f"{key}={value!s} {problem}; nothing was written. Fix: {fix}")
+
+
+def check_output_env(*names: str) -> None:
+    """Each of ``names`` (:data:`RESULTS_ENV`, :data:`RUNS_ENV`), when set, names a directory lengthx may write
+    into: set but empty, ``/`` or inside the package is a :class:`UsageError`."""
+    defaults = {RESULTS_ENV: "results/local", RUNS_ENV: "runs"}
+    for name in names:
+        value = os.environ.get(name)
+        if value is not None:
+            check_output_place(value, name, f"unset {name} (the default is {defaults.get(name, 'used')}) or set it "
+                               "to a directory, e.g. export " + f"{name}={defaults.get(name, 'DIR')}")
+
+
+def results_dir_problem(path: str | Path) -> str | None:
+    """Why ``path`` cannot be a results directory to read (None when it can): it does not exist (a typo), or it
+    is a file (``results.csv`` itself, rather than the directory holding it)."""
+    where = Path(path)
+    if where.is_file():
+        hint = " (results.csv itself)" if where.name == "results.csv" else ""
+        return (f"{where} is a file{hint}, not a results directory. Fix: pass the directory that holds results.csv"
+                f"{f', e.g. {where.parent}' if hint else ''}")
+    if not where.is_dir():
+        return (f"{where} does not exist: no results directory there. Fix: check the path (`lengthx run` writes "
+                f"{default_results_dir()} unless results_dir= or LENGTHX_RESULTS says otherwise)")
+    return None
+
+
 def register_resolvers() -> None:
     """``${lengthx_pkg:checkpoints/mini-t5}``: a path inside the installed package (the shipped minis, the
     corpora of ``lengthx/corpora/``); ``${lengthx_repo:…}``: a path in the checkout the package runs from
@@ -74,9 +124,30 @@ def choices(group: str, command: str | None = None) -> list[str]:
     return [p.stem for p in paths]
 
 
+# the --flags the commands that take overrides accept: lengthx's own and Hydra's
+KNOWN_FLAGS = ("--dry-run", "--debug", "--multirun", "--help", "--hydra-help", "--version", "--cfg", "--resolve",
+               "--package", "--run", "--info", "--shell-completion", "--config-path", "--config-name",
+               "--config-dir", "--experimental-rerun")
+
+
+def check_flags(argv: list[str], command: str = "run") -> None:
+    """A ``--name`` these commands do not know (``lengthx run --task passkey``) is a :class:`UsageError` with the
+    ``key=value`` to write instead."""
+    for k, arg in enumerate(argv):
+        if not arg.startswith("--") or arg.split("=", 1)[0] in KNOWN_FLAGS:
+            continue
+        name, _, value = arg[2:].partition("=")
+        following = argv[k + 1] if k + 1 < len(argv) else ""
+        if not value and following and "=" not in following and not following.startswith("-"):
+            value = following
+        raise UsageError(f"{arg}: lengthx {command} takes its settings as key=value, not --flags. Fix: write "
+                         f"{name.replace('-', '_')}={value or 'VALUE'} (lengthx {command} --help lists the keys)")
+
+
 def check_overrides(overrides: list[str], command: str = "run") -> None:
     """Fail fast on unknown config-group choices (``task=pasky``, a training method in ``lengthx run``),
     listing the valid names."""
+    check_flags(overrides, command)
     names = COMMAND_GROUPS["train" if command == "train" else "run"]
     for ov in overrides:
         if "=" not in ov or ov.startswith("-"):

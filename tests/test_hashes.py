@@ -242,7 +242,8 @@ def _old_results(results: Path, scheme: str, old_root: Path = Path("/old/checkou
     legacy_key = {**runner.calibration_key(first, behaviour=False), **old_key}
     cache = calibration_file(results, first, cfg.method, legacy_key)
     cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text(json.dumps({**legacy_key, "tau": 0.9, "target": 0.5, "forward_passes": 11}, indent=1))
+    cache.write_text(json.dumps({**legacy_key, "tau": 0.9, "target": 0.5, "evaluated": {"1.0": 0.6, "0.9": 0.5},
+                                     "forward_passes": 11}, indent=1))
     stale = {"paper": "A", "model": "mini-t5-lm", "method": "pmax", "task": "lm", "setting": "8192",
              "metric": "perplexity", "value": 1.0, "n": 2, "status": "ok", "cell": "mini-t5-lm|pmax|lm|8192",
              "config_hash": "5ta1e0000000", "timestamp": "2026-01-01T00:00:00"}

@@ -27,7 +27,7 @@ def _script():
 def _snapshot(root: Path, seed: int, step: int, passkey: float, topics: float, per_k: tuple[float, ...]) -> None:
     d = root / "snapshots" / f"seed{seed}" / f"step-{step:05d}"
     d.mkdir(parents=True)
-    final = {"passkey@256": passkey, "topics@256": topics, **{f"topics-k{k}@256": v for k, v in zip(KS, per_k)}}
+    final = {"passkey@256": passkey, "topics@256": topics, **{f"topics-k{k}@256": v for k, v in zip(KS, per_k, strict=True)}}
     (d / "curve.json").write_text(json.dumps({"final": final}))
     (d / "README.md").write_text("card")
 

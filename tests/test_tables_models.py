@@ -22,6 +22,7 @@ def _table(md: str) -> dict[str, list[str]]:
 
 
 def test_model_tables_are_rendered_from_the_configs(tmp_path):
+    (tmp_path / "none").mkdir()  # a results directory with no results yet (one that does not exist is an error)
     tables_main(["--results-dir", str(tmp_path / "none"), "--out", str(tmp_path / "t"), "--compare-paper"])
     t2 = _table((tmp_path / "t" / "aa_table2_vs_paper.md").read_text())
     header = t2["Models"]

@@ -204,7 +204,7 @@ def test_testcases_dir_problems_name_the_file_and_the_fix(tmp_path):
     from lengthx.tasks.lines import LinesTask
     from lengthx.tasks.topics import TopicsTask
 
-    _released(tmp_path, "lines", 200, _lines_cases())
+    _released(tmp_path, "lines", 200, [{**case, "num_lines": 200} for case in _lines_cases()])  # a file's count
     cfg = OmegaConf.create({"testcases_dir": str(tmp_path)})
     paper = [Setting("200", 200, "lines"), Setting("300", 300, "lines")]
     problem = LinesTask.data_problem(cfg, "paper", paper)

@@ -7,6 +7,7 @@ Qwen's logn and SSMax (:mod:`lengthx.attention.scaling`) among them.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,12 +42,30 @@ def rule_temperature(method: Any, l_ex: float, l_tr: int) -> float | RowScale:
     raise ValueError(f"method {name!r} has no closed-form τ; rules: {', '.join(RULE_METHODS)}")
 
 
+def check_inputs(**values: float) -> None:
+    """ValueError naming the first argument of a closed form that is out of its domain: lengths above 0,
+    standard deviations ``sigma_*`` of at least 0, and ``pmax_tr`` a probability in (0, 1]; all finite."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+        if name.startswith("sigma"):
+            ok, what = value >= 0, "a standard deviation, at least 0"
+        elif name == "pmax_tr":
+            ok, what = 0 < value <= 1, "a probability in (0, 1]"
+        else:
+            ok, what = value > 0, "a length above 0"
+        if not ok:
+            raise ValueError(f"{name}={value!r} is out of range: it is {what}")
+
+
 def prop1_temperature(l_tr: float, l_ex: float, pmax_tr: float, sigma_tr: float, sigma_ex: float) -> float:
     """Proposition 1 (P_max alignment): the larger root of Aτ² − Bτ + C = 0, i.e. the fixed point of
     τ = B / (A + C/τ²), with A = log L_ex + log P_tr, B = log L_tr + log P_tr + σ_tr²/2, C = σ_ex²/2.
 
-    Returns NaN when the quadratic has no real root (the Gaussian approximation breaks down there).
+    Returns NaN when the quadratic has no real root (the Gaussian approximation breaks down there); an input
+    out of its domain (:func:`check_inputs`) is a ValueError.
     """
+    check_inputs(l_tr=l_tr, l_ex=l_ex, pmax_tr=pmax_tr, sigma_tr=sigma_tr, sigma_ex=sigma_ex)
     a = math.log(l_ex) + math.log(pmax_tr)
     b = math.log(l_tr) + math.log(pmax_tr) + sigma_tr**2 / 2
     c = sigma_ex**2 / 2
@@ -57,7 +76,9 @@ def prop1_temperature(l_tr: float, l_ex: float, pmax_tr: float, sigma_tr: float,
 
 
 def prop2_temperature(l_tr: float, l_ex: float, sigma_tr: float, sigma_ex: float) -> float:
-    """Proposition 2 (entropy alignment): τ = σ_ex / sqrt(σ_tr² + 2 log(L_ex / L_tr))."""
+    """Proposition 2 (entropy alignment): τ = σ_ex / sqrt(σ_tr² + 2 log(L_ex / L_tr)); NaN where the root's
+    argument is not positive, a ValueError for an input out of its domain (:func:`check_inputs`)."""
+    check_inputs(l_tr=l_tr, l_ex=l_ex, sigma_tr=sigma_tr, sigma_ex=sigma_ex)
     denom = sigma_tr**2 + 2 * math.log(l_ex / l_tr)
     if denom <= 0:
         return math.nan

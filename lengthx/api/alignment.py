@@ -28,6 +28,7 @@ from lengthx.alignment.propositions import (
 from lengthx.alignment.statistics import capture_stats
 from lengthx.api.attention import attached
 from lengthx.models.generation import encode
+from lengthx.models.limits import position_limit, too_long
 from lengthx.models.loading import LoadedModel
 
 if TYPE_CHECKING:
@@ -80,8 +81,39 @@ def _as_list(inputs: Inputs) -> list[Input]:
         return [inputs]
     if isinstance(inputs, torch.Tensor):
         return list(inputs)
+    if hasattr(inputs, "prompt"):
+        inputs = [inputs]  # one Example: named below
     items = list(inputs)
     return [items] if items and isinstance(items[0], int) else items  # one list of token ids
+
+
+def _check_input(index: int, item: Any) -> None:
+    """ValueError naming input ``index`` when it is neither a text nor token ids (a task's ``Example``: pass its
+    ``.prompt``), or holds no token."""
+    if hasattr(item, "prompt") and hasattr(item, "target"):
+        raise ValueError(f"input {index} is a lengthx Example, not a text: pass its prompt, e.g. "
+                         "[e.prompt for e in lengthx.task_examples(...)]")
+    if isinstance(item, str):
+        if not item:
+            raise ValueError(f"input {index} is an empty text: pass at least one token")
+        return
+    if isinstance(item, torch.Tensor):
+        if item.dim() != 1 or item.numel() == 0 or item.is_floating_point():
+            raise ValueError(f"input {index} is a tensor of shape {tuple(item.shape)} and dtype {item.dtype}: pass "
+                             "one 1-D tensor of token ids (at least one) per input")
+        return
+    if not isinstance(item, Sequence) or not item or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in item):
+        shown = repr(item)[:60]
+        raise ValueError(f"input {index} is {shown}: pass a text, or a non-empty list of token ids (ints), per input")
+
+
+def check_row_stride(row_stride: Any) -> int:
+    """``row_stride`` as an int of at least 1, or a ValueError naming it."""
+    if isinstance(row_stride, bool) or not isinstance(row_stride, int) or row_stride < 1:
+        raise ValueError(f"row_stride must be a whole number of at least 1 (every n-th query row), got "
+                         f"row_stride={row_stride!r}")
+    return row_stride
 
 
 @contextmanager
@@ -102,8 +134,12 @@ def _batches(loaded: LoadedModel, inputs: Inputs) -> tuple[list[dict[str, torch.
     """One batch of model inputs per example (texts through :func:`~lengthx.models.generation.encode`), and the
     examples' mean length in tokens."""
     batches = []
+    items = _as_list(inputs)
+    for index, item in enumerate(items):
+        _check_input(index, item)
+    limit = position_limit(loaded.model.config)
     with _tokenizer_kept(loaded.tokenizer):
-        for item in _as_list(inputs):
+        for item in items:
             if isinstance(item, str):
                 batches.append(encode(loaded, [item]))
             else:
@@ -111,11 +147,20 @@ def _batches(loaded: LoadedModel, inputs: Inputs) -> tuple[list[dict[str, torch.
                 batches.append({"input_ids": ids, "attention_mask": torch.ones_like(ids)})
     if not batches:
         raise ValueError("no input given: pass a text, token ids, or a list of them")
+    for index, batch in enumerate(batches):
+        tokens = int(batch["input_ids"].shape[-1])
+        if limit is not None and tokens > limit:
+            raise ValueError(too_long(limit, tokens, f"input {index}", "shorten the input, or use a model with "
+                                      "relative, rotary or ALiBi positions (T5, GPT-NeoX, LLaMA, BLOOM)"))
     return batches, sum(int(b["attention_mask"].sum()) for b in batches) / len(batches)
 
 
 def _loaded(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, family: Any, l_tr: int = 0) -> LoadedModel:
     device = next(model.parameters()).device
+    if device.type == "meta":
+        raise ValueError("the model's weights are on the meta device (created without data, e.g. under "
+                         "init_empty_weights or device_map='meta'): load them first, e.g. "
+                         "AutoModel...from_pretrained(path) on cpu or cuda")
     name = str(getattr(model.config, "name_or_path", "") or type(model).__name__)
     return LoadedModel(name, model, tokenizer, family, int(l_tr), device)
 
@@ -133,6 +178,7 @@ def _measured(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, scope:
 
 def _algorithm1(run: Any, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, reference: Inputs,
                 long: Inputs, mode: str, search: str, scope: str, row_stride: int) -> Any:
+    check_row_stride(row_stride)
     with _measured(model, tokenizer, scope) as loaded:
         return run(loaded, _batches(loaded, reference)[0], _batches(loaded, long)[0],
                    CalibrationOptions(mode, scope, search, row_stride))
@@ -143,6 +189,7 @@ def dispersal(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, inputs
     """P_max and entropy per attention module and head of ``inputs`` (one text or its token ids, or a list of
     them, pooled) at temperature ``tau`` (paper A §3.3, Table 1). ``row_stride``: every n-th query row only (an
     estimate at a fraction of the cost; 1 = every row)."""
+    check_row_stride(row_stride)
     with _measured(model, tokenizer, scope) as loaded:
         batches, tokens = _batches(loaded, inputs)
         stats = capture_stats(loaded, batches, tau, scope, row_stride=row_stride)

@@ -14,7 +14,14 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from lengthx.attention.t5_bias import disable_efficient_t5, efficient_t5_settings, enable_efficient_t5
-from lengthx.attention.temperature import ATTN_NAME, clear_temperature, register, set_temperature
+from lengthx.attention.temperature import (
+    ATTN_NAME,
+    clear_temperature,
+    register,
+    restore_temperature,
+    saved_temperature,
+    set_temperature,
+)
 from lengthx.models.families import Family, family_of
 
 if TYPE_CHECKING:
@@ -95,7 +102,7 @@ def _set(model: nn.Module, tau: Tau, scope: str) -> list[nn.Module]:
         if unknown:
             raise ValueError(f"τ given for attention modules {unknown}, but scope={scope!r} has {len(modules)} "
                              f"(indices 0-{len(modules) - 1})")
-        tau = [float(tau.get(i, 1.0)) for i in range(len(modules))]
+        tau = [tau.get(i, 1.0) for i in range(len(modules))]
     set_temperature(modules, tau)
     return modules
 
@@ -109,13 +116,17 @@ def temperature(model: nn.Module, tau: Tau, scope: str = "encoder") -> Iterator[
 
     ``tau``: one value for every module of ``scope``, one per module (:func:`attention_modules`: per layer for
     a T5 encoder or a decoder), or ``{module index: τ}`` with 1 elsewhere. ``scope``: ``encoder`` (T5's encoder
-    self-attention, the paper's setting) or ``all``. Yields the modules that carry τ."""
-    with attached(model):
+    self-attention, the paper's setting) or ``all``. Yields the modules that carry τ. When the block ends, every
+    module has the τ it had before it: a block nested in another gives the outer τ back, and one after
+    :func:`apply_temperature` the applied τ. ``tau`` must be a finite number above 0 (ValueError otherwise)."""
+    with attached(model) as family:
+        everything = family.temperature_modules(model, "all")
+        before = saved_temperature(everything)  # a block nested in another, or after apply_temperature
         modules = _set(model, tau, scope)
         try:
             yield modules
         finally:
-            clear_temperature(modules)
+            restore_temperature(everything, before)
 
 
 def apply_temperature(model: nn.Module, tau: Tau, scope: str = "encoder") -> list[nn.Module]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lengthx.config import PACKAGE_DIR, compose
+from lengthx.config import PACKAGE_DIR, compose, results_dir_problem
 from lengthx.core.store import ResultsStore
 from lengthx.report.tables.render import latest_ok
 from lengthx.segmented.metrics import read_curve
@@ -49,7 +49,11 @@ def task_examples(task: str, tokenizer: PreTrainedTokenizerBase, length: int, n:
 def read_results(results_dir: str | Path, latest: bool = True) -> pd.DataFrame:
     """A results directory's ``results.csv`` (``lengthx run``, ``stats``; docs/results.md) as a DataFrame, one
     row per (cell, metric): with ``latest``, the newest ``ok`` row of each with numeric ``value`` (what the
-    tables and figures show); without, every row as stored, status rows included."""
+    tables and figures show); without, every row as stored, status rows included. A path that does not exist,
+    or is a file, is a FileNotFoundError naming it (a directory without results gives an empty frame)."""
+    problem = results_dir_problem(results_dir)
+    if problem is not None:
+        raise FileNotFoundError(problem)
     df = ResultsStore(Path(results_dir)).read()
     return latest_ok(df) if latest else df
 

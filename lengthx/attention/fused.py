@@ -31,7 +31,8 @@ import torch
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("csrc") / "fused_stats.cpp"
-ENV_SWITCH = "LENGTHX_FUSED_STATS"  # "0" turns the fused kernel off (the explicit tiles compute statistics)
+ENV_SWITCH = "LENGTHX_FUSED_STATS"  # 0/false/off/no turns the fused kernel off (the explicit tiles compute statistics)
+OFF_VALUES, ON_VALUES = ("0", "false", "off", "no"), ("", "1", "true", "on", "yes")
 Q_BLOCK = 128  # query rows per task: a task is one (example, head, block of rows)
 KV_BLOCK = 512  # keys per block: a block of scores is 256 KiB, it and the key/value blocks stay in L2
 
@@ -53,11 +54,24 @@ def _capability() -> str:
 def load() -> Any | None:
     """The compiled kernel's operator namespace (``torch.ops.<name>``, with ``fused_attention``), building it on
     first use; None (after one warning) when it cannot be built or ``LENGTHX_FUSED_STATS=0``."""
-    if os.environ.get(ENV_SWITCH, "1") == "0":
+    if not switched_on():
         return None
     if "module" not in _STATE:
         _STATE["module"] = _build()
     return _STATE["module"]
+
+
+def switched_on() -> bool:
+    """Whether :data:`ENV_SWITCH` lets the kernel run: off for ``0``, ``false``, ``off``, ``no`` (any case); a
+    value that is neither on nor off is named in one warning and leaves it on."""
+    value = os.environ.get(ENV_SWITCH, "").strip().lower()
+    if value in OFF_VALUES:
+        return False
+    if value not in ON_VALUES and _STATE.get("bad_switch") != value:
+        _STATE["bad_switch"] = value
+        log.warning("lengthx: %s=%r is neither on (1, true, on, yes) nor off (0, false, off, no); the fused kernel "
+                    "stays on", ENV_SWITCH, value)
+    return True
 
 
 def extension_name(text: bytes, cap: str) -> str:
@@ -86,24 +100,23 @@ def build_directory(name: str, text: bytes) -> tuple[Path, Path]:
 
 
 def _build() -> Any | None:
+    from lengthx.attention.fused_build import BuildFailure, build_and_load, one_reason
+
     cap = _capability()
     log.info("loading the fused statistics kernel %s (compiled on first use, once per machine and torch version)",
              SOURCE.name)
     try:
-        from torch.utils.cpp_extension import load as load_extension
-
         text = SOURCE.read_bytes()
         name = extension_name(text, cap)
         build, source = build_directory(name, text)
-        load_extension(name=name, sources=[str(source)], extra_cflags=["-O3", *_CAPABILITY_FLAGS.get(cap, [])],
-                       build_directory=str(build), is_python_module=False, verbose=False)
-        return getattr(torch.ops, name)
-    except Exception as exc:  # noqa: BLE001 - any build failure means: use the explicit tiles
-        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        log.warning("lengthx: the fused statistics kernel could not be built (%s); attention statistics use the "
-                    "explicit tiles (slower). Install a C++ compiler and `pip install ninja`, or set %s=0 to "
-                    "skip the build.", reason[:200], ENV_SWITCH)
-        return None
+        return build_and_load(name, source, build, ["-O3", *_CAPABILITY_FLAGS.get(cap, [])])
+    except BuildFailure as exc:
+        reason, fix = str(exc), ""
+    except Exception as exc:  # noqa: BLE001 - any other failure means: use the explicit tiles
+        reason, fix = one_reason(exc)[:200], " It needs a C++ compiler and ninja (pip install ninja)."
+    log.warning("lengthx: the fused statistics kernel could not be built (%s); attention statistics use the "
+                "explicit tiles (slower).%s Set %s=0 to skip the build.", reason, fix, ENV_SWITCH)
+    return None
 
 
 def applies(query: torch.Tensor, p_drop: float) -> bool:

@@ -15,6 +15,8 @@ statistics semantics.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -230,19 +232,42 @@ def register() -> None:
     AttentionMaskInterface.register(ATTN_NAME, lengthx_mask)
 
 
+def check_temperature(tau: Any) -> float:
+    """``tau`` as a float, or a ValueError naming it: a real number (not text, not a bool), finite and above 0."""
+    if isinstance(tau, bool) or not isinstance(tau, numbers.Real):
+        example = f" (as a number: tau={tau.strip()})" if isinstance(tau, str) and _is_number(tau) else ""
+        raise ValueError(f"τ must be a number, got tau={tau!r} ({type(tau).__name__}){example}")
+    value = float(tau)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"τ must be a finite number above 0, got tau={value!r} (e.g. tau=0.8)")
+    return value
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def set_temperature(modules: Sequence[torch.nn.Module], tau: float | Sequence[float] | RowScale) -> None:
     """Give each attention module its τ: one value for all, one per module (per-layer alignment), or one
-    per-row rule for all (:class:`~lengthx.attention.scaling.RowScale`)."""
+    per-row rule for all (:class:`~lengthx.attention.scaling.RowScale`). A τ that is not a finite number above
+    0 (text, NaN, a bool) is a ValueError naming it, and nothing is set."""
     if isinstance(tau, RowScale):
         for module in modules:
             setattr(module, TAU_ATTR, tau)
         return
-    taus = [float(tau)] * len(modules) if isinstance(tau, (int, float)) else [float(t) for t in tau]
+    if isinstance(tau, str | bytes | numbers.Real):
+        taus = [check_temperature(tau)] * len(modules)
+    elif isinstance(tau, Sequence):
+        taus = [check_temperature(t) for t in tau]
+    else:
+        raise ValueError(f"τ must be a number or one number per attention module, got tau={tau!r}")
     if len(taus) != len(modules):
         raise ValueError(f"got {len(taus)} temperatures for {len(modules)} attention modules")
     for module, t in zip(modules, taus, strict=True):
-        if t <= 0:
-            raise ValueError(f"temperature must be positive, got τ={t}")
         setattr(module, TAU_ATTR, t)
 
 
@@ -251,3 +276,18 @@ def clear_temperature(modules: Sequence[torch.nn.Module]) -> None:
     for module in modules:
         if hasattr(module, TAU_ATTR):
             delattr(module, TAU_ATTR)
+
+
+def saved_temperature(modules: Sequence[torch.nn.Module]) -> list[Any]:
+    """What τ each module carries now (None: none), for :func:`restore_temperature`."""
+    return [getattr(module, TAU_ATTR, None) for module in modules]
+
+
+def restore_temperature(modules: Sequence[torch.nn.Module], saved: Sequence[Any]) -> None:
+    """Give each module back the τ :func:`saved_temperature` found on it (none where it had none)."""
+    for module, tau in zip(modules, saved, strict=True):
+        if tau is None:
+            if hasattr(module, TAU_ATTR):
+                delattr(module, TAU_ATTR)
+        else:
+            setattr(module, TAU_ATTR, tau)

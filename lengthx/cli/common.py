@@ -8,9 +8,20 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lengthx.config import CONF_DIR, RUN_CONFIG, check_overrides, register_resolvers
+from lengthx.config import (
+    CONF_DIR,
+    RESULTS_ENV,
+    RUN_CONFIG,
+    RUNS_ENV,
+    check_output_env,
+    check_overrides,
+    default_results_dir,
+    register_resolvers,
+    results_dir_problem,
+)
 from lengthx.errors import UsageError, UserError, debug_enabled, interrupted, one_line
 
 if TYPE_CHECKING:
@@ -28,6 +39,8 @@ def reported(prog: str = "lengthx") -> Iterator[None]:
     and all."""
     try:
         yield
+    except BrokenPipeError:  # the reader of the output went away (lengthx ls | head): nothing more to say
+        quiet_broken_pipe()
     except KeyboardInterrupt as err:
         if debug_enabled():
             raise
@@ -45,6 +58,23 @@ def reported(prog: str = "lengthx") -> Iterator[None]:
         print(f"{prog}: unexpected {type(err).__name__}: {one_line(str(err))} (rerun with --debug or LENGTHX_DEBUG=1 "
               "for the traceback)", file=sys.stderr)
         sys.exit(1)
+
+
+def check_results_dir_argument(value: str, must_exist: bool = True) -> None:
+    """``--results-dir`` of ``lengthx tables`` / ``figures`` names a directory to read: a file is a
+    :class:`UsageError`, and so is one that does not exist when ``must_exist`` (tables; the default directory,
+    where nothing was run yet, is read as empty). ``figures`` draws training curves without results."""
+    problem = results_dir_problem(value)
+    if problem is not None and (Path(value).exists() or (must_exist and value != str(default_results_dir()))):
+        raise UsageError(f"--results-dir {problem}")
+
+
+def quiet_broken_pipe() -> None:
+    """End quietly after the reader of stdout went away: further output (Python's own flush at exit too) goes
+    to /dev/null, and the exit status is a pipe's, 141 (128 + SIGPIPE)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(141)
 
 
 # Hydra flags after which the command line is not a run to validate (Hydra prints or inspects something)
@@ -94,6 +124,7 @@ def hydra_entry(task_fn: Callable[[DictConfig], None], argv: list[str], prog: st
     config is validated (``check``: the command's own rule; ``environment``: its results directory and model
     directory too)."""
     check_overrides(argv)
+    check_output_env(RESULTS_ENV, RUNS_ENV)  # before Hydra: it writes its record under results_dir
     register_resolvers()
     configs = validate_jobs(argv, environment, check)
     import hydra

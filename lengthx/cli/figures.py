@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lengthx.cli.common import check_results_dir_argument
 from lengthx.config import default_results_dir
 
 
@@ -19,6 +20,7 @@ def figures_main(argv: list[str]) -> None:
                         "results directory's name, e.g. runs/mini): their metrics.jsonl give the training curves")
     p.add_argument("--out", default=None, help="default: <results-dir>/figures")
     args = p.parse_args(argv)
+    check_results_dir_argument(args.results_dir, must_exist=False)  # the figures go to <results-dir>/figures
     # after the arguments: --help and their errors answer without matplotlib, pandas or torch
     from lengthx.api.data import read_results
     from lengthx.core.store import ResultsStore, read_json
@@ -33,7 +35,8 @@ def figures_main(argv: list[str]) -> None:
     store = ResultsStore(root)
     if args.out is None:
         store.check_inside(out)  # a planted link must not carry the figures out of the results directory
-    df = read_results(root)  # the newest ok row per cell and metric, as lengthx.read_results gives it
+    # the newest ok row per cell and metric, as lengthx.read_results gives it (none yet: the default directory)
+    df = read_results(root) if root.is_dir() else store.read()
     written: list[Path] = []
     biases: set[str] = set()  # models whose Figure 1 is drawn (one per model, from its first task's side file)
     for side_path in sorted((root / "stats").glob("*.json")):

@@ -95,10 +95,12 @@ def calibrate_command(cfg: DictConfig) -> None:
     import json
 
     from lengthx.core.cells import Cell, method_id
+    from lengthx.core.length_limits import check_lengths
     from lengthx.core.runner import Runner
 
     check_calibrate(cfg)
     runner = Runner(cfg)
+    check_lengths(runner)
     for setting in runner.settings():
         cell = Cell(cfg.model.name, method_id(cfg.method), runner.task.name, setting)
         tau, path, cached = runner.aligned_temperature_with_source(cell)
@@ -115,9 +117,12 @@ def calibrate_command(cfg: DictConfig) -> None:
 
 
 def stats_command(cfg: DictConfig) -> None:
+    from lengthx.core.length_limits import check_lengths
     from lengthx.core.runner import Runner
     from lengthx.core.statistics import run_statistics
 
-    summary = run_statistics(Runner(cfg))
+    runner = Runner(cfg)
+    check_lengths(runner)
+    summary = run_statistics(runner)
     for s in summary:
         print(f"{s['cell']:60s} {s['status']:6s} P_max={s.get('value', '')}")

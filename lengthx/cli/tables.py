@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from lengthx.cli.common import check_results_dir_argument
 from lengthx.config import default_results_dir
 
 
@@ -23,6 +24,7 @@ def tables_main(argv: list[str]) -> None:
     p.add_argument("--summary", action="store_true",
                    help="print one compact table of the cells present (setting × method, with τ); write nothing")
     args = p.parse_args(argv)
+    check_results_dir_argument(args.results_dir)
     # after the arguments: --help and their errors answer at once
     from lengthx.core.store import ResultsStore, git_commit, make_dirs
     from lengthx.report.tables import DESCRIPTIVE, TABLES

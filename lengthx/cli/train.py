@@ -22,7 +22,15 @@ import sys
 from typing import Any
 
 from lengthx.cli.common import reported
-from lengthx.config import CONF_DIR, TRAIN_CONFIG, check_overrides, choices, register_resolvers
+from lengthx.config import (
+    CONF_DIR,
+    RUNS_ENV,
+    TRAIN_CONFIG,
+    check_output_env,
+    check_overrides,
+    choices,
+    register_resolvers,
+)
 from lengthx.errors import UsageError
 from lengthx.models.minis import apply_profile, compose_train
 
@@ -56,6 +64,7 @@ def train_main(argv: list[str]) -> None:
         return
     try:
         check_overrides(argv, command="train")
+        check_output_env(RUNS_ENV)  # before Hydra: it writes its record under $LENGTHX_RUNS
     except UsageError as err:
         print(f"lengthx: {err}", file=sys.stderr)
         sys.exit(2)

@@ -24,12 +24,14 @@ from typing import Annotated, Any, Literal
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from lengthx.config import check_output_place
 from lengthx.errors import UserError, one_line
 
 MAX_SETTING = 10_000_000  # the longest setting accepted, in task.unit (10M tokens is far past any model here)
 MAX_L_TR = 1_000_000  # the longest training length accepted (model.l_tr, task.l_t), in tokens
 MAX_EXAMPLES = 100_000  # the most examples (or calibration examples) per setting accepted
 MAX_BATCH = 4096  # the most examples per batch accepted
+MAX_NAME = 100  # the longest model.name accepted: it names the results' files (a file name holds 255 bytes)
 MAX_FACTOR = 64  # the largest multiple of L_t accepted (task.factors, task.text_factor, task.attention_factor)
 DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")  # lengthx.models.loading.resolve_dtype
 DEVICE = r"auto|cpu|mps|cuda(:\d+)?"
@@ -67,7 +69,7 @@ class _Section(BaseModel):
 
 
 class ModelSection(_Section):
-    name: str
+    name: Annotated[str, Field(min_length=1, max_length=MAX_NAME)]
     family: str
     l_tr: TrainingLength
     path: str | None = None
@@ -153,6 +155,7 @@ FIXES = {
     "model.l_tr": f"the model's training length in tokens, from 1 to {MAX_L_TR:,} (lengthx.cli.validate.MAX_L_TR), "
                   "e.g. model.l_tr=512",
     "model.trust_remote_code": "true or false",
+    "model.name": f"a name of 1 to {MAX_NAME} characters (it names the cells' record files), e.g. model.name=my-t5",
     "profile.num_examples": f"a count {COUNT}, e.g. profile.num_examples=10",
     "profile.calibration_examples": f"a count {COUNT}, e.g. profile.calibration_examples=2",
     "calibration.num_examples": f"a count {COUNT}, e.g. calibration.num_examples=2",
@@ -183,6 +186,8 @@ def _first_error(err: ValidationError, prefix: tuple[Any, ...] = ()) -> str:
         key, value = "method.tau", value.get("tau")
     shown = "[]" if value == [] else ("null" if value is None else str(value).lower() if isinstance(value, bool)
                                       else str(value))
+    if len(shown) > 80:  # a value too long to show whole (a pasted paragraph as a name)
+        shown = f"{shown[:40]}… ({len(shown)} characters)"
     fix = FIXES.get(re.sub(r"\[\d+\]", "", key), "see the key's comment in lengthx/conf/")
     if key == "method.tau" and value is None:
         fix = FIXES["method"]
@@ -203,6 +208,8 @@ def validate_run_config(cfg: DictConfig, environment: bool = True, checked: set[
     except ValidationError as err:
         raise ConfigError(_first_error(err)) from None
     check_settings(cfg)
+    check_output_place(str(cfg.results_dir), "results_dir", "pass results_dir= a directory of its own, e.g. "
+                       "results_dir=results/local/mini")
     if not environment:
         return
     from lengthx.core.store import ResultsStore  # the places a run uses: imported only once the values hold

@@ -37,8 +37,8 @@ from lengthx.attention.scaling import RowScale
 from lengthx.attention.temperature import clear_temperature, set_temperature
 from lengthx.config import CONF_DIR, choices
 from lengthx.core.cells import BEHAVIOUR_EXAMPLES, Cell, cell_hash, method_id
-from lengthx.core.runner import calibration_file
-from lengthx.core.store import ResultsStore, read_json, temperature_problem, write_json
+from lengthx.core.runner import ALIGNED_TAU_RANGE, CACHE_FIELDS, cache_problem, calibration_file
+from lengthx.core.store import ResultsStore, read_json, write_json
 from lengthx.core.sweep import row_fields, sweep
 from lengthx.data.corpora import corpus_label
 from lengthx.models.loading import DIGESTS, load_model, load_tokenizer
@@ -346,7 +346,8 @@ class PerplexityJob:
         scored; S̄_tr(1) at L_t, τ from the grid at L. Cached in ``calibration/`` under the cell's hash."""
         m, cal = self.cfg.method, self.cfg.calibration
         path = calibration_file(Path(self.cfg.results_dir), cell, m, {"cell_hash": chash})
-        cached = read_json(path, required=("tau",), check=lambda obj: temperature_problem(obj["tau"]))
+        cached = read_json(path, required=CACHE_FIELDS["aligned"],
+                           check=lambda obj: cache_problem(obj, {"cell_hash": chash}, *ALIGNED_TAU_RANGE))
         if cached is not None:
             return float(cached["tau"])
         loaded, n = self.model(), int(cal.num_examples)

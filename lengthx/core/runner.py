@@ -30,6 +30,7 @@ from lengthx.alignment.propositions import RULE_METHODS, closed_form_temperature
 from lengthx.attention.scaling import ROW_RULES, RowScale
 from lengthx.attention.temperature import clear_temperature, set_temperature
 from lengthx.core.cells import RUNNABLE_METHODS, Cell, cell_hash, method_id, model_identity, task_behaviour
+from lengthx.core.length_limits import check_lengths
 from lengthx.core.store import (
     SHORT_OF_TARGET,
     ResultsStore,
@@ -75,6 +76,28 @@ def calibration_file(results_dir: Path, cell: Cell, method_cfg: Any, key: dict[s
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     name = f"{cell.model}__{cell.task}__{cell.setting.label}__{method_id(method_cfg)}__{digest}.json"
     return results_dir / "calibration" / safe_name(name)
+
+
+# what a cache of each kind records beside τ and its key: the statistic it aligned (Algorithm 1) or the layer-0
+# statistics of both lengths (Propositions 1-2)
+CACHE_FIELDS = {"aligned": ("tau", "target", "evaluated"), "closed_form": ("tau", "train", "extrapolation")}
+
+# calibration keys that entered the cache key after caches were written with these values (conf/run.yaml): a key
+# at this value stays out of it, so those caches keep their names, and any other value gets caches of its own
+LATER_KEYS = {"seed_offset": 100003, "reference_seed_offset": 200003}
+
+
+def cache_problem(obj: dict[str, Any], key: dict[str, Any], low: float, high: float) -> str | None:
+    """Why a calibration cache cannot stand for ``key`` (None when it can): τ out of (low, high], or an entry of
+    the key it records that differs from ``key`` (a file edited, or copied from another model or cell)."""
+    problem = temperature_problem(obj["tau"], low, high)
+    if problem is not None:
+        return problem
+    expected = json.loads(json.dumps(key, default=str))
+    for name, value in expected.items():
+        if obj.get(name) != value:
+            return f"records {name}={json.dumps(obj.get(name))[:80]}, not this cell's {json.dumps(value)[:80]}"
+    return None
 
 
 class Runner:
@@ -162,7 +185,9 @@ class Runner:
         return kept, n * len(settings)
 
     def run(self) -> list[dict[str, Any]]:
-        """Run all settings (:func:`lengthx.core.sweep.sweep`); returns a summary per cell."""
+        """Run all settings (:func:`lengthx.core.sweep.sweep`) once their lengths are known to fit the model
+        (:func:`lengthx.core.length_limits.check_lengths`); returns a summary per cell."""
+        check_lengths(self)
         return sweep(self.store, self)
 
     # ---- the sweep's view of this run (lengthx.core.sweep.CellJob) -----------------------------------------
@@ -280,6 +305,10 @@ class Runner:
             key["prompt_version"] = self.cfg.task.prompt_version
         if self.tau_min() != PAPER_TAU_MIN:  # an extended grid (the paper's keys stay as they were)
             key["tau_min"] = self.tau_min()
+        for name, before in LATER_KEYS.items():  # the examples calibrated on (reference and L_ex) come from these
+            value = int(self.cfg.calibration.get(name, before))
+            if value != before:
+                key[name] = value
         return key
 
     def tau_min(self) -> float:
@@ -305,8 +334,10 @@ class Runner:
         m = self.method
         path, key = self.calibration_path(cell)
         low, high = CLOSED_FORM_TAU_RANGE if m.name in ("prop1", "prop2") else ALIGNED_TAU_RANGE
-        # a damaged cache (not JSON, no τ, a τ out of range) is set aside and recomputed
-        cached = read_json(path, required=("tau",), check=lambda obj: temperature_problem(obj["tau"], low, high))
+        # a damaged cache (not JSON, no τ or statistics, a τ out of range, another cell's key) is set aside and
+        # recomputed
+        fields = CACHE_FIELDS["closed_form" if m.name in ("prop1", "prop2") else "aligned"]
+        cached = read_json(path, required=fields, check=lambda obj: cache_problem(obj, key, low, high))
         if cached is not None:
             return cached["tau"], path, True
         n, cal = int(self.cfg.calibration.num_examples), self.cfg.calibration

@@ -43,6 +43,8 @@ from typing import Any
 import pandas as pd
 from filelock import FileLock
 
+from lengthx.core.store_cache import cached_frame, fast_frame, file_version, keep_frame
+from lengthx.core.store_duplicates import conflicting_lines
 from lengthx.errors import UserError
 
 log = logging.getLogger("lengthx")
@@ -480,6 +482,10 @@ class ResultsStore:
         a result (:func:`row_problem`: an ``ok`` row whose value is NaN, …) is named with its line in a warning
         and left out; with ``repair`` (the caller holds the lock) it is also moved to a side file."""
         refuse_link(self.csv_path)
+        version = file_version(self.csv_path)
+        kept = cached_frame(self.csv_path.resolve(), version)  # parsed and checked already, unchanged since
+        if kept is not None:
+            return kept
         try:
             data = self.csv_path.read_bytes()
         except FileNotFoundError:
@@ -502,6 +508,12 @@ class ResultsStore:
                        "the next run")
             raise StoreError(f"{self.csv_path}: line {line} {what}. Fix: {fix}")
         text = data.decode("utf-8")
+        if text.split("\n", 1)[0].rstrip("\r") == HEADER:  # the current schema: one pass when every row is sound
+            fast = fast_frame(text, TEXT_COLUMNS, STATUSES, row_problem)
+            if fast is not None:
+                fast["data"] = fast["data"].fillna("")
+                keep_frame(self.csv_path.resolve(), version, fast)
+                return fast
         rows, bad = parse_rows(text)
         if bad:
             bad = self._set_aside_rows(text, bad) if repair else bad
@@ -516,6 +528,8 @@ class ResultsStore:
         df = pd.read_csv(io.StringIO(clean), dtype=dict.fromkeys(TEXT_COLUMNS, str), keep_default_na=False,
                          na_values=[""])
         df["data"] = df["data"].fillna("")  # "" = unknown: a row written before rows named their data
+        if not bad:  # a file with rows left out warns at every read until a run sets them aside
+            keep_frame(self.csv_path.resolve(), version, df)
         return df
 
     def _set_aside_rows(self, text: str, bad: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
@@ -652,8 +666,9 @@ class ResultsStore:
         return self.records_dir / f"{safe_name(cell)}.jsonl"
 
     def load_records(self, cell: str, repair: bool = False) -> dict[str, dict[str, Any]]:
-        """Finished examples of a cell by example id, in the order they were first written (for an id written
-        twice, its last record).
+        """Finished examples of a cell by example id, in the order they were first written (for an id recomputed
+        under another configuration, its last record; two records of one id under one configuration are a
+        conflict, :mod:`lengthx.core.store_duplicates`, named and left out like a bad line).
 
         A line that is not a record (cut short by a kill, not UTF-8, not JSON, no ``id``, no finite ``scores``) is
         named by file and line in a warning and left out, so its example is recomputed; with ``repair`` (a run
@@ -665,14 +680,20 @@ class ResultsStore:
             return {}
         with self.lock if repair else contextlib.nullcontext():
             lines = path.read_bytes().splitlines(keepends=True)
-            out: dict[str, dict[str, Any]] = {}
+            parsed: list[tuple[int, dict[str, Any]]] = []
             bad: list[tuple[int, str]] = []
             for number, line in enumerate(lines, 1):
                 rec, why = _record_problem(line)
                 if rec is not None:
-                    out[rec["id"]] = rec  # an id written twice keeps its first place and its last record
+                    parsed.append((number, rec))
                 elif line.strip():
                     bad.append((number, str(why)))
+            conflicts = conflicting_lines(parsed)
+            bad = sorted(bad + list(conflicts.items()))
+            out: dict[str, dict[str, Any]] = {}
+            for number, rec in parsed:
+                if number not in conflicts:
+                    out[rec["id"]] = rec  # an id recomputed under a new configuration: its first place, last record
             if not bad:
                 return out
             where = "skipped; the next lengthx run recomputes its example"

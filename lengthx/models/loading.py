@@ -93,7 +93,7 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def _safetensors_problem(path: Path) -> str | None:
+def safetensors_problem(path: Path) -> str | None:
     """Why a ``.safetensors`` file cannot be whole (cut short, or a header that does not parse), or None.
 
     The format is an 8-byte header length, a JSON header giving each tensor's byte range, then the data: the
@@ -187,7 +187,7 @@ def check_checkpoint_dir(path: str | Path, name: str, trust_remote_code: bool = 
         file = root / shard
         if not file.is_file():
             raise ModelNotAvailable(f"model '{name}': weight shard {file} is missing; {fix}")
-        problem = _safetensors_problem(file) if file.suffix == ".safetensors" else None
+        problem = safetensors_problem(file) if file.suffix == ".safetensors" else None
         if problem:
             raise ModelNotAvailable(f"model '{name}': weight shard {file} {problem}; {fix}")
 

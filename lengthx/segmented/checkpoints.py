@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from lengthx.errors import UserError
+from lengthx.models.loading import safetensors_problem
 
 log = logging.getLogger("lengthx.train")
 
@@ -154,6 +155,10 @@ def load_checkpoint(directory: Path, parts: CheckpointParts) -> None:
         rng = json.loads((directory / rng_file).read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CheckpointError(f"a JSON file of {directory} is damaged ({err})", directory) from None
+    for name in (CHECKPOINT_MODEL, CHECKPOINT_OPTIMIZER):  # checked before anything is loaded from them
+        problem = safetensors_problem(directory / name)
+        if problem is not None:
+            raise CheckpointError(f"{directory / name} {problem} (a damaged checkpoint)", directory)
     load_model(acc.unwrap_model(parts.model), str(directory / CHECKPOINT_MODEL), device="cpu")
     opt_state: dict[Any, dict[str, Any]] = {}
     for key, tensor in load_file(str(directory / CHECKPOINT_OPTIMIZER)).items():

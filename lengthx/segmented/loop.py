@@ -48,6 +48,7 @@ from lengthx.segmented.plan import (
     resolve_run,
     source_meta,
 )
+from lengthx.segmented.run_lock import run_directory_lock
 from lengthx.segmented.sampling import IGNORE_INDEX, collate_segmented, sample_generator
 
 log = logging.getLogger("lengthx.train")
@@ -313,38 +314,40 @@ def train(cfg: DictConfig) -> TrainResult:
         pieces = piece_dataset(cfg.data, tokenizer, "train", spec.method.source_length(spec.l_t, spec.l_e), profile)
     plan = _plan_for(cfg, spec, len(pieces), accelerator.num_processes)
     main = accelerator.is_main_process
-    if main:  # the output directory is touched only once model, data and plan are known to be valid
-        _claim_output_dir(cfg, spec)
-    if accelerator.log_with:  # train.log_with: the run's hyperparameters, then the metrics.jsonl lines
-        accelerator.init_trackers(out.name, config={k: v for k, v in flat_config(spec.config).items()
-                                                    if isinstance(v, int | float | str | bool)})
-    accelerator.wait_for_everyone()
-    if _is_finished(spec, plan):  # a finished run of this very config: nothing to train or export again
-        log.info("%s is finished (%d steps); skipping", out, plan.steps)
+    # one writer per run directory: a second lengthx train into it stops here, naming this one's PID
+    with run_directory_lock(out) if main else nullcontext():
+        if main:  # the output directory is touched only once model, data and plan are known to be valid
+            _claim_output_dir(cfg, spec)
+        if accelerator.log_with:  # train.log_with: the run's hyperparameters, then the metrics.jsonl lines
+            accelerator.init_trackers(out.name, config={k: v for k, v in flat_config(spec.config).items()
+                                                        if isinstance(v, int | float | str | bool)})
+        accelerator.wait_for_everyone()
+        if _is_finished(spec, plan):  # a finished run of this very config: nothing to train or export again
+            log.info("%s is finished (%d steps); skipping", out, plan.steps)
+            accelerator.end_training()
+            return TrainResult(out, out / "final", plan, plan.steps, plan.steps, read_curve(out), main)
+        optimizer = build_optimizer(model, float(tc.lr), float(tc.weight_decay), (float(tc.betas[0]), float(tc.betas[1])),
+                                    float(tc.get("eps", 1e-8)))
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, WarmupCosine(plan.warmup_steps, plan.steps, float(tc.get("min_lr_ratio", 0.1))))
+        model, optimizer = accelerator.prepare(model, optimizer)
+        state = TrainerState()
+        # the scheduler is stepped by hand once per optimizer step, so it is checkpointed beside, not prepared
+        parts = CheckpointParts(accelerator, model, optimizer, schedule, state)
+        resumed_from = _resume(parts, out, plan, main)
+        seed = int(cfg.get("seed", 0))
+        loop = _Loop(accelerator, model, optimizer, schedule, pieces, SequenceOrder(seed, plan.pieces), spec, seed,
+                     int(tc.batch_size), int(tc.grad_accum), tc.get("max_grad_norm"))
+        _run_steps(loop, parts, plan, tc, main)
+        final_dir = None
+        if state.step >= plan.steps:
+            accelerator.wait_for_everyone()
+            final_dir = out / "final"
+            if main:
+                _export_final(cfg, spec, plan, loop, tokenizer, state, positions_info)
+            accelerator.wait_for_everyone()
         accelerator.end_training()
-        return TrainResult(out, out / "final", plan, plan.steps, plan.steps, read_curve(out), main)
-    optimizer = build_optimizer(model, float(tc.lr), float(tc.weight_decay), (float(tc.betas[0]), float(tc.betas[1])),
-                                float(tc.get("eps", 1e-8)))
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, WarmupCosine(plan.warmup_steps, plan.steps, float(tc.get("min_lr_ratio", 0.1))))
-    model, optimizer = accelerator.prepare(model, optimizer)
-    state = TrainerState()
-    # the scheduler is stepped by hand once per optimizer step, so it is checkpointed beside, not prepared
-    parts = CheckpointParts(accelerator, model, optimizer, schedule, state)
-    resumed_from = _resume(parts, out, plan, main)
-    seed = int(cfg.get("seed", 0))
-    loop = _Loop(accelerator, model, optimizer, schedule, pieces, SequenceOrder(seed, plan.pieces), spec, seed,
-                 int(tc.batch_size), int(tc.grad_accum), tc.get("max_grad_norm"))
-    _run_steps(loop, parts, plan, tc, main)
-    final_dir = None
-    if state.step >= plan.steps:
-        accelerator.wait_for_everyone()
-        final_dir = out / "final"
-        if main:
-            _export_final(cfg, spec, plan, loop, tokenizer, state, positions_info)
-        accelerator.wait_for_everyone()
-    accelerator.end_training()
-    return TrainResult(out, final_dir, plan, state.step, resumed_from, read_curve(out) if main else [], main)
+        return TrainResult(out, final_dir, plan, state.step, resumed_from, read_curve(out) if main else [], main)
 
 
 def _resume(parts: CheckpointParts, out: Path, plan: TrainPlan, main: bool) -> int:

@@ -24,16 +24,20 @@ def metrics_path(run_dir: str | Path) -> Path:
 
 
 def read_curve(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The logged steps of a run, in order (a torn last line, left by a run killed while writing, is skipped)."""
+    """The logged steps of a run, sorted by step (lines in the order written among equal steps); a line that is
+    not a JSON object with a numeric ``step`` (a torn last line, left by a run killed while writing) is skipped."""
     path = metrics_path(run_dir)
     rows = []
     if path.exists():
         for line in path.read_text(encoding="utf-8").splitlines():
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:
                 continue
-    return rows
+            step = row.get("step") if isinstance(row, dict) else None
+            if isinstance(step, int | float) and not isinstance(step, bool):
+                rows.append(row)
+    return sorted(rows, key=lambda r: r["step"])
 
 
 def find_runs(runs_dir: str | Path) -> list[Path]:

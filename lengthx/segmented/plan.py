@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from lengthx.config import CONF_DIR, TRAIN_CONFIG, portable
+from lengthx.config import CONF_DIR, TRAIN_CONFIG, check_output_place, portable
 from lengthx.segmented.models import check_family
 from lengthx.segmented.sampling import SegmentMethod
 
@@ -260,7 +260,11 @@ def resolve_run(cfg: DictConfig) -> RunSpec:
     }
     chash = hashlib.sha256(json.dumps(portable(relevant), sort_keys=True, default=str).encode()).hexdigest()[:12]
     variant = differs_from_profile(train_cfg, relevant["seed"], str(relevant["profile"]))
-    out = cfg.train.get("output_dir") or run_dir(str(relevant["profile"]), owner, label, l_e / l_t, variant)
+    given = cfg.train.get("output_dir")
+    if given is not None:
+        check_output_place(str(given), "train.output_dir", "pass train.output_dir= a directory of its own, or drop "
+                           "it for the default runs/<profile>/<model>/<run>")
+    out = given or run_dir(str(relevant["profile"]), owner, label, l_e / l_t, variant)
     return RunSpec(method, label, l_t, l_e, Path(out), chash, relevant, variant)
 
 

@@ -19,6 +19,7 @@ so they are never evaluation cases.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,9 @@ def testcase_path(testcases_dir: str | Path, task: str, n: int) -> Path:
 
 
 def read_testcases(path: str | Path, task: str) -> list[dict[str, Any]]:
-    """The cases of one released file, in file order, each checked for the fields ``task`` reads."""
+    """The cases of one released file, in file order, each checked for the fields ``task`` reads and, in a file
+    named ``{N}_{task}.jsonl``, for N topics (or lines, where a case says ``num_lines``): its cells are
+    labelled N, so a case of another count would be reported under the wrong setting."""
     rows = read_jsonl(path, FIELDS[task])
     if not rows:
         raise ValueError(f"{path} holds no test cases")
@@ -51,12 +54,22 @@ def read_testcases(path: str | Path, task: str) -> list[dict[str, Any]]:
                    None)
         if bad is not None:
             raise ValueError(f"{path}, line {bad}: field 'topics' should be a non-empty list of strings")
+    named = re.fullmatch(rf"(\d+)_{task}\.jsonl", Path(path).name)
+    if named is not None:
+        n = int(named.group(1))
+        for r in rows:
+            count = len(r["topics"]) if task == "topics" else r.get("num_lines", n)
+            if count != n:
+                raise ValueError(f"{path}, line {r['_line']}: a case of {count} {task} in the file of {n} {task} "
+                                 f"({Path(path).name}), whose cells are labelled {n}{task}. Fix: restore the "
+                                 f"released file ({SOURCE.format(task=task, n=n)}), or name it {count}_{task}.jsonl")
     return rows
 
 
 def testcases_problem(task_cfg: Any, task: str, unit: str, settings: list[Any] | None) -> str | None:
     """Why ``task.testcases_dir`` cannot give every setting its cases, or ``None`` (also when it is not set): the
-    settings must count topics or lines (the released files' unit), and each one's file must exist."""
+    settings must count topics or lines (the released files' unit), and each one's file must exist and hold
+    cases of its count (:func:`read_testcases`)."""
     folder = task_cfg.get("testcases_dir")
     if not folder:
         return None
@@ -73,4 +86,8 @@ def testcases_problem(task_cfg: Any, task: str, unit: str, settings: list[Any] |
             return (f"task.testcases_dir={folder} has no {path.name} for setting {s.label} (looked for {path} and "
                     f"{Path(str(folder)) / task / 'testcases' / path.name}). Fix: point it at "
                     f"{SOURCE.format(task=task, n=s.value)}")
+        try:
+            read_testcases(path, task)  # every case of the file's count, before any work
+        except ValueError as err:
+            return str(err)
     return None

@@ -149,15 +149,35 @@ inline void scale_row(float* x, float a, int64_t n) {
 void fused_attention(const at::Tensor& query, const at::Tensor& key_f, const at::Tensor& value_f,
                      const at::Tensor& flipped, int64_t bias_offset, double scale, const at::Tensor& out,
                      const at::Tensor& z_out, const at::Tensor& w_out, int64_t q_block, int64_t kv_block) {
-  TORCH_CHECK(query.dtype() == at::kFloat && key_f.dtype() == at::kFloat &&
-                  value_f.dtype() == at::kFloat && flipped.dtype() == at::kFloat,
-              "fused attention takes fp32 tensors");
-  TORCH_CHECK(query.is_contiguous() && key_f.is_contiguous() && value_f.is_contiguous() &&
-                  flipped.is_contiguous() && out.is_contiguous() && z_out.is_contiguous() &&
-                  w_out.is_contiguous(),
-              "fused attention takes contiguous tensors");
+  const at::Tensor* all[] = {&query, &key_f, &value_f, &flipped, &out, &z_out, &w_out};
+  const char* names[] = {"query", "key_f", "value_f", "flipped", "out", "z_out", "w_out"};
+  for (int i = 0; i < 7; ++i) {
+    TORCH_CHECK(all[i]->device().is_cpu(), "fused attention: ", names[i], " is not on the CPU");
+    TORCH_CHECK(all[i]->scalar_type() == at::kFloat, "fused attention: ", names[i], " is ",
+                all[i]->scalar_type(), ", not float32");
+    TORCH_CHECK(all[i]->is_contiguous(), "fused attention: ", names[i], " is not contiguous");
+  }
+  TORCH_CHECK(query.dim() == 4 && key_f.dim() == 4 && value_f.dim() == 4 && out.dim() == 4,
+              "fused attention: query, key_f, value_f and out must be 4-d (B, H, L, D), got ", query.sizes(), ", ",
+              key_f.sizes(), ", ", value_f.sizes(), ", ", out.sizes());
+  TORCH_CHECK(flipped.dim() == 2 && z_out.dim() == 3 && w_out.dim() == 3,
+              "fused attention: flipped must be 2-d (H, W) and z_out, w_out 3-d (B, H, L_q)");
   const int64_t B = query.size(0), H = query.size(1), Lq = query.size(2), D = query.size(3);
   const int64_t N = key_f.size(2), Dv = value_f.size(3), W = flipped.size(1);
+  TORCH_CHECK(key_f.size(0) == B && key_f.size(1) == H && key_f.size(3) == D,
+              "fused attention: key_f ", key_f.sizes(), " does not match query ", query.sizes(),
+              " in batch, heads or head dimension");
+  TORCH_CHECK(value_f.size(0) == B && value_f.size(1) == H && value_f.size(2) == N,
+              "fused attention: value_f ", value_f.sizes(), " does not match key_f ", key_f.sizes(),
+              " in batch, heads or keys");
+  TORCH_CHECK(flipped.size(0) == H, "fused attention: flipped has ", flipped.size(0), " rows, not one per head (",
+              H, ")");
+  TORCH_CHECK(out.size(0) == B && out.size(1) == H && out.size(2) == Lq && out.size(3) == Dv,
+              "fused attention: out ", out.sizes(), " is not (B, H, L_q, D_v) = (", B, ", ", H, ", ", Lq, ", ",
+              Dv, ")");
+  TORCH_CHECK(z_out.sizes() == w_out.sizes() && z_out.size(0) == B && z_out.size(1) == H && z_out.size(2) == Lq,
+              "fused attention: z_out ", z_out.sizes(), " and w_out ", w_out.sizes(), " must both be (B, H, L_q)");
+  TORCH_CHECK(q_block > 0 && kv_block > 0, "fused attention: q_block and kv_block must be positive");
   TORCH_CHECK(N > 0, "fused attention needs at least one key");
   TORCH_CHECK(bias_offset >= 0 && bias_offset + (Lq - 1) + (N - 1) < W, "bias offset outside the offset table");
   const float* q = query.data_ptr<float>();

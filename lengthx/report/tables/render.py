@@ -8,6 +8,7 @@ position in the paper's CSV.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ from lengthx.report.tables.published import published_rows
 from lengthx.report.tables.spec import METHOD_LABELS, PAPER_ROW_METHODS, Column, Row, TableSpec
 
 Published = list[tuple[str, str, list[str]]]
+log = logging.getLogger("lengthx")
 
 
 def model_info() -> dict[str, dict[str, str]]:
@@ -56,19 +58,47 @@ UNALIGNED_NOTE = (f"{UNALIGNED_MARK} τ is the end of Algorithm 1's grid (the pa
 def latest_ok(df: pd.DataFrame) -> pd.DataFrame:
     """One ``ok`` row per (model, method, task, setting, metric): of the newest configuration (``config_hash``)
     of that cell, its largest finished run (most examples, ``n``; the newest of equals). A later, smaller run of
-    the same cell never hides a larger one: its examples are the first of the larger run's."""
+    the same cell never hides a larger one: its examples are the first of the larger run's.
+
+    "Newest" is the order rows were appended to ``results.csv`` (a recomputed cell's rows move to its end,
+    docs/results.md), the order of ``df``, never the ``timestamp`` column: a row written on a machine whose
+    clock ran ahead does not win over every later one. Rows dated in the future are named in a warning."""
     if df.empty:
         return df
     ok = df[df["status"] == "ok"].copy()
     ok["value"] = pd.to_numeric(ok["value"], errors="coerce")
-    ok = ok.sort_values("timestamp", kind="stable")
+    warn_future_rows(ok)
     if "config_hash" in ok.columns:
         newest = ok.drop_duplicates(CELL_KEY, keep="last")[[*CELL_KEY, "config_hash"]]
         ok = ok.merge(newest, on=[*CELL_KEY, "config_hash"], how="inner", sort=False)
     if "n" in ok.columns:
         ok = ok.assign(_n=pd.to_numeric(ok["n"], errors="coerce").fillna(-1))
-        ok = ok.sort_values(["_n", "timestamp"], kind="stable").drop(columns="_n")
+        ok = ok.sort_values("_n", kind="stable").drop(columns="_n")
     return ok.drop_duplicates(CELL_KEY, keep="last")
+
+
+FUTURE_SLACK_S = 86400  # a row dated more than a day ahead of this machine's clock is "in the future" (time zones)
+_WARNED: set[tuple[int, str]] = set()
+
+
+def warn_future_rows(rows: pd.DataFrame) -> None:
+    """Warn once, naming the count, the latest date and a cell, when ``rows`` hold timestamps in the future."""
+    if "timestamp" not in rows.columns or rows.empty:
+        return
+    import time
+
+    limit = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + FUTURE_SLACK_S))
+    stamps = rows["timestamp"].astype(str)
+    ahead = rows[stamps > limit]
+    if ahead.empty:
+        return
+    latest = str(ahead["timestamp"].max())
+    if (len(ahead), latest) in _WARNED:
+        return
+    _WARNED.add((len(ahead), latest))
+    log.warning("lengthx: %d row(s) of results.csv are dated in the future (up to %s; e.g. %s): the clock of the "
+                "machine that wrote them ran ahead. Tables take the newest row by the order rows were written, "
+                "not by their dates", len(ahead), latest, ahead["cell"].iloc[0] if "cell" in ahead else "?")
 
 
 def read_paper_table(spec: TableSpec) -> Published:
