@@ -39,6 +39,8 @@ def test_the_rule_needs_every_count_and_takes_seed_0_first(tmp_path):
     _snapshot(tmp_path, 1, 1200, 100, 99, (100, 100, 99, 99, 98))  # better, but seed 1
     assert s.select(s.snapshots(tmp_path)).name == "seed0/step-01800"
     (tmp_path / "snapshots" / "seed0" / "step-01800" / "README.md").unlink()
+    assert s.select(s.snapshots(tmp_path)) is None  # seed 0 may still reach the bar at a later step
+    _snapshot(tmp_path, 0, 3200, 100, 80, (100, 90, 85, 80, 70))  # its last snapshot: seed 0 has none at the bar
     assert s.select(s.snapshots(tmp_path)).name == "seed1/step-01200"
 
 
@@ -48,6 +50,9 @@ def test_the_fallback_takes_the_best_smallest_count_accuracy_at_the_passkey_bar(
     _snapshot(tmp_path, 0, 1800, 90, 99, (100, 99, 99, 99, 89))  # best counts, passkey below the bar
     _snapshot(tmp_path, 1, 1200, 100, 95, (100, 98, 95, 92, 70))
     _snapshot(tmp_path, 1, 2400, 100, 50, (100, 98, 95, 92, 70))  # a tie with seed 1's earlier one
+    assert s.select(s.snapshots(tmp_path)) is None  # neither seed has reached its last step
+    _snapshot(tmp_path, 0, 3200, 100, 80, (100, 90, 85, 80, 40))
+    _snapshot(tmp_path, 1, 3200, 100, 80, (100, 90, 85, 80, 40))
     picked = s.select(s.snapshots(tmp_path))
     assert picked.name == "seed1/step-01200" and not s.meets_bar(picked)
 
