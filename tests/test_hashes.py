@@ -4,6 +4,7 @@ cell whose records the current code does not reproduce where it was."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -29,7 +30,7 @@ TABLE3_PMAX = ["model=mini-t5-lm", "task=lm", "method=pmax", "task.num_examples=
 
 
 # cell hashes of a task's own settings, as results/ holds them since its migration to hashes of the whole weights
-# and the task's behaviour, without the example count (python -m lengthx.cli.migrate_hashes; pinned: results
+# and the task's behaviour, without the example count (python scripts/migrate_hashes.py; pinned: results
 # depend on them; the checkpoint's and the behaviour's fingerprints fixed as "w" and "b")
 PINNED = {
     "mini": {"mini-t5|none|passkey|20k": (2702, "8534e8451a1b"), "mini-t5|none|passkey|55k": (7432, "fa3cf693a189")},
@@ -182,10 +183,19 @@ def test_the_committed_cells_are_done_for_a_checkpoint_elsewhere(tmp_path):
 
 
 # ---- the migration ---------------------------------------------------------------------------------------------
+def _migration(*names: str) -> tuple:
+    """Names of ``scripts/migrate_hashes.py`` (a maintenance script beside the package, not a command)."""
+    spec = importlib.util.spec_from_file_location("migrate_hashes", ROOT / "scripts" / "migrate_hashes.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return tuple(getattr(module, n) for n in names) if len(names) > 1 else getattr(module, names[0])
+
+
 def test_the_legacy_hash_is_the_old_code():
     """The migration's old hashes reproduce hashes the old code computed (pinned before each change), for a
     config that has gained keys since (model.trust_remote_code)."""
-    from lengthx.cli.migrate_hashes import legacy_cell_hash, v2_cell_hash
+    legacy_cell_hash, v2_cell_hash = _migration("legacy_cell_hash", "v2_cell_hash")
 
     for profile in PINNED:
         cfg = pinned_config(profile)
@@ -205,13 +215,8 @@ def _old_results(results: Path, scheme: str, old_root: Path = Path("/old/checkou
     """A results directory as an older lengthx wrote it (``scheme`` v1: a checkout at ``old_root``; v2: the
     example count in the hash, the weights by their first and last MiB) for Table 3's P_max job with 2 examples:
     rows and records of two cells, Algorithm 1's cache of one, and one row of a config that no longer exists."""
-    from lengthx.cli.migrate_hashes import (
-        legacy_cell_hash,
-        legacy_fingerprint,
-        legacy_model,
-        v2_cell_hash,
-        v2_fingerprint,
-    )
+    legacy_cell_hash, legacy_fingerprint, legacy_model, v2_cell_hash, v2_fingerprint = _migration(
+        "legacy_cell_hash", "legacy_fingerprint", "legacy_model", "v2_cell_hash", "v2_fingerprint")
     from lengthx.core.runner import calibration_file
 
     cfg = compose_run([*LM_PMAX, f"results_dir={results}"])
@@ -253,7 +258,7 @@ def _old_results(results: Path, scheme: str, old_root: Path = Path("/old/checkou
 
 @pytest.mark.parametrize("scheme", ["v1", "v2"])
 def test_the_migration_maps_every_old_key_to_its_new_one(scheme, tmp_path):
-    from lengthx.cli.migrate_hashes import migrate
+    migrate = _migration("migrate")
 
     results = tmp_path / "results"
     old = _old_results(results, scheme)
@@ -293,7 +298,7 @@ def test_the_migration_maps_every_old_key_to_its_new_one(scheme, tmp_path):
 def test_a_cell_the_current_code_does_not_reproduce_stays_stale(tmp_path):
     """A v2 cell whose records hold a prompt the current code no longer builds keeps its old hash (its next run
     recomputes it), and is named; the other cell of the same job is migrated."""
-    from lengthx.cli.migrate_hashes import migrate
+    migrate = _migration("migrate")
 
     results = tmp_path / "results"
     old = _old_results(results, "v2")

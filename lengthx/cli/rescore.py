@@ -4,7 +4,7 @@ their stored outputs again, without generating anything (docs/results.md).
 A change to how a task scores an output (not to its prompts) comes with a new key in its config
 (``scoring_version`` in ``conf/task/<task>.yaml``), so every cell of the task has a new hash and a run recomputes
 it. Where the records hold every example's output, the new numbers need no model: for every candidate job (the
-commands that produce the results, :data:`lengthx.cli.migrate_hashes.MINI_RECIPES`, plus one job per row) this
+commands that produce the results, :data:`lengthx.cli.recipes.MINI_RECIPES`, plus one job per row) this
 computes each cell's hash as it was (the config with ``--old`` applied, e.g. ``~task.scoring_version``) and as it is
 now, rebuilds the cell's examples and checks that every record's prompt is still the one its example has; then
 each record gets the task's current scores and the new hash, and each row the mean of those scores (4 decimals,
@@ -26,7 +26,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from lengthx.cli.migrate_hashes import MINI_RECIPES, recipe_jobs, row_jobs
+from lengthx.cli.recipes import MINI_RECIPES, recipe_jobs, row_jobs
 from lengthx.config import compose
 from lengthx.core.cells import cell_hash, experiment_skip_reason, planned_cells
 from lengthx.core.runner import Runner

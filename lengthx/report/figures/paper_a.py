@@ -127,6 +127,31 @@ def _statistics_curve(rows: pd.DataFrame, method: str) -> pd.DataFrame:
     return pd.DataFrame({"setting": list(ext.index), "L_ex": list(ext["L"]), "value": tau})
 
 
+def _joined(names: list[str]) -> str:
+    """Settings of one tick as one label: ``30docs@0,14,29`` for ``30docs@0``, ``30docs@14``, ``30docs@29``."""
+    heads = {n.partition("@")[0] for n in names}
+    if len(names) > 1 and len(heads) == 1 and all("@" in n for n in names):
+        return f"{heads.pop()}@" + ",".join(n.partition("@")[2] for n in names)
+    return ", ".join(names)
+
+
+def table_axis(ax: plt.Axes, series: dict[str, pd.DataFrame], what: str) -> None:
+    """A second x-axis on top of ``ax`` in the units of the matching table: each cell's setting as its table
+    labels the column (a mini runs the paper's setting at its own length, so Table 8's 15000 is L_ex ≈ 3750),
+    above the L_ex the cell read."""
+    cells = pd.concat([s[["setting", "L_ex"]] for s in series.values()]) if series else pd.DataFrame()
+    if cells.empty:
+        return
+    cells = cells[cells["setting"] != "L_tr"].groupby("setting", sort=False)["L_ex"].median().sort_values()
+    ticks: dict[int, list[str]] = {}  # settings read at one length (MDQA's gold positions) share one tick
+    for setting, l_ex in cells.items():
+        ticks.setdefault(round(l_ex), []).append(str(setting))
+    top = ax.secondary_xaxis("top")
+    top.set_xticks([float(cells[names[0]]) for names in ticks.values()], [_joined(n) for n in ticks.values()],
+                   fontsize=7)
+    top.set_xlabel(f"{what} (the paper's setting)", fontsize=8)
+
+
 def temperature_figure(df: pd.DataFrame, model: str, task: str, out: Path) -> list[Path]:
     """Figures 3/4/6-9: τ vs L_ex. Algorithm 1's choices, the log rule's and Props. 1-2's τ are the cells of the
     task's temperature table (:func:`temperature_series`, so figure and table agree); a proposition without cells
@@ -137,7 +162,7 @@ def temperature_figure(df: pd.DataFrame, model: str, task: str, out: Path) -> li
     if not series and rows[rows["method"] == "stats"]["setting"].nunique() < 2:
         return []
     l_tr = float(rows["L_tr"].iloc[0])
-    fig, ax = plt.subplots(figsize=(5.2, 3.8))
+    fig, ax = plt.subplots(figsize=(7.4, 4.0))
     notes = []
     for method, color, label in (("prop1", "C0", r"Prop. 1 ($P_{\max}$)"), ("prop2", "C1", "Prop. 2 (entropy)")):
         curve = series.get(method)
@@ -159,12 +184,13 @@ def temperature_figure(df: pd.DataFrame, model: str, task: str, out: Path) -> li
         if method in series:
             ax.scatter(series[method]["L_ex"], series[method]["value"], marker=marker, color=color, label=label,
                        zorder=3)
-    ax.set_xlabel(r"input length $L_{ex}$ (tokens)")
+    ax.set_xlabel(r"input length $L_{ex}$ (tokens this model reads)")
     ax.set_ylabel(r"temperature $\tau$")
     num = TEMPERATURE_FIGURES.get(task, "")
-    ax.set_title(f"Figure {num} ({model}): {task} temperature analysis", fontsize=10)
-    ax.legend(fontsize=8)
     table = TEMPERATURE_TABLES.get(task)
+    table_axis(ax, series, f"Table {table.removeprefix('aa_table')}'s column" if table else "setting")
+    ax.set_title(f"Figure {num} ({model}): {task} temperature analysis", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0)  # beside the data
     from_cells = "points and Prop. lines" if {"prop1", "prop2"} & set(series) else "points"
     notes.append(f"{from_cells}: the τ of Table {table.removeprefix('aa_table')}'s cells" if table else "")
     fig.text(0.01, 0.01, "; ".join(n for n in notes if n), fontsize=7, color="dimgrey")

@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from lengthx.config import CONF_DIR  # noqa: E402
 from lengthx.core.store import read_json  # noqa: E402
 
 if TYPE_CHECKING:
@@ -59,6 +60,24 @@ def figure2_ootb(df: pd.DataFrame, out: Path, save: Callable[[plt.Figure, Path, 
     return save(fig, out, "sb_fig2_ootb_perplexity")
 
 
+def run_name(model: str, l_t: int | None) -> str:
+    """How a figure names the model that ran as ``model``: a paper model run by its shipped mini (profile=mini,
+    :mod:`lengthx.models.minis`; told by the mini's training length ``l_t``) is the mini, for the paper model:
+    ``mini-gpt2 (for GPT-2-XL)``; any other model is itself."""
+    from omegaconf import OmegaConf
+
+    path = CONF_DIR / "model" / f"{model}.yaml"
+    cfg = OmegaConf.load(path) if path.is_file() else {}
+    mini = cfg.get("mini")
+    mini_path = CONF_DIR / "model" / f"{mini}.yaml"
+    if not mini or not mini_path.is_file() or l_t is None:
+        return model
+    mini_l_t = OmegaConf.load(mini_path).get("l_tr")
+    if int(l_t) != mini_l_t or mini_l_t == cfg.get("l_tr"):
+        return model
+    return f"{mini} (for {cfg.get('display') or model})"
+
+
 FIG3_MODELS = ("gpt2-xl", "pythia-1.4b", "bloom-1b1")  # paper B §5.3: Table 4's models
 FIG3_RUNS = "chunk-0.25@"  # … OOTB against chunk-0.25 at each L_e
 
@@ -89,7 +108,7 @@ def figure3_medians(attention_dir: Path, out: Path,
     models = sorted(m for m, hs in by_model.items() if len(hs) >= 2 and baseline[m])
     if not models:
         return []
-    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.3), squeeze=False)
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 4.3), squeeze=False)
     for ax, model in zip(axes[0], models, strict=True):
         hs = sorted(by_model[model], key=lambda h: (h["method"] != baseline[model], h["method"]))
         for i, h in enumerate(hs):
@@ -101,8 +120,8 @@ def figure3_medians(attention_dir: Path, out: Path,
         ax.axvline(np.log10(hs[0]["uniform_median"]), color="grey", ls=":", lw=1, label="uniform 1/(q+1)")
         ax.set_xlabel(r"$\log_{10}$ median attention weight (queries past $L_t$)")
         ax.set_ylabel("fraction of (layer, head, query)")
-        ax.set_title(f"{model} at {hs[0]['setting']}", fontsize=9)
-        ax.legend(fontsize=7)
+        ax.set_title(f"{run_name(model, hs[0].get('l_t'))} at {hs[0]['setting']}", fontsize=9)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), frameon=False)  # below the data
     fig.suptitle("Paper B Figure 3: median attention weight past L_t, before and after training", fontsize=10)
     fig.tight_layout()
     return save(fig, out, "sb_fig3_attention_medians")

@@ -1,4 +1,4 @@
-"""``python -m lengthx.cli.migrate_hashes --results-dir DIR``: carry a results directory's cells from the hashes
+"""``python scripts/migrate_hashes.py --results-dir DIR``: carry a results directory's cells from the hashes
 of earlier versions of lengthx to the current ones, without recomputing them (docs/design.md §7, docs/results.md).
 
 Two earlier schemes are known:
@@ -28,157 +28,42 @@ from __future__ import annotations
 
 import argparse
 import csv
-import hashlib
 import io
 import json
 import logging
-import re
-import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 
-from lengthx.cli.common import sweep_jobs
-from lengthx.config import PACKAGE_DIR, compose, portable
-from lengthx.core.cells import (
-    MODEL_UNHASHED_KEYS,
-    TEMPERATURE_METHODS,
-    Cell,
-    cell_hash,
-    experiment_skip_reason,
-    planned_cells,
-    task_behaviour,
+ROOT = Path(__file__).resolve().parents[1]
+for folder in (ROOT, ROOT / "scripts"):  # lengthx, and the old schemes beside this script
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+
+from old_hashes import (  # noqa: E402
+    container,
+    legacy_cell_hash,
+    legacy_fingerprint,
+    legacy_model,
+    v2_cell_hash,
+    v2_fingerprint,
 )
-from lengthx.core.perplexity import PerplexityJob, checkpoint_fingerprint
-from lengthx.core.runner import Runner, calibration_file
-from lengthx.core.store import COLUMNS, LEGACY_COLUMNS, ResultsStore, StoreError, csv_text, write_atomic
-from lengthx.models.loading import load_tokenizer, model_fingerprint, weights_fingerprint
-from lengthx.models.minis import apply_profile
-from lengthx.segmented.plan import source_meta
-from lengthx.tasks import TASKS, Setting
-from lengthx.tasks.segmented_ppl import _token_hash
+
+from lengthx.cli.recipes import ALIGNED_METHODS, MINI_RECIPES, recipe_jobs, row_jobs  # noqa: E402
+from lengthx.config import compose  # noqa: E402
+from lengthx.core.cells import Cell, cell_hash, experiment_skip_reason, planned_cells, task_behaviour  # noqa: E402
+from lengthx.core.perplexity import PerplexityJob, checkpoint_fingerprint  # noqa: E402
+from lengthx.core.runner import Runner, calibration_file  # noqa: E402
+from lengthx.core.store import COLUMNS, LEGACY_COLUMNS, ResultsStore, StoreError, csv_text, write_atomic  # noqa: E402
+from lengthx.models.loading import load_tokenizer, model_fingerprint  # noqa: E402
+from lengthx.models.minis import apply_profile  # noqa: E402
+from lengthx.tasks import TASKS, Setting  # noqa: E402
+from lengthx.tasks.segmented_ppl import _token_hash  # noqa: E402
 
 log = logging.getLogger("lengthx")
-
-# The commands of the Makefile's reproduce-mini (AA_MINI_RECIPE, SB_RECIPE and the τ-vs-segmented experiment), its
-# demo, and the earlier recipes the committed results were made with; ``task.only`` and ``experiment`` never
-# enter a hash, so the column slices are left out.
-MINI_RECIPES = (
-    "stats -m experiment=aa_table1 task=topics,lines,passkey,mdqa",
-    "stats -m model=mini-t5-lm task=lm,code_completion",
-    "run -m experiment=aa_table4 calibration.num_examples=1",
-    "run -m experiment=aa_table4 task=passkey method=yarn,longrope calibration.num_examples=1",
-    "run -m experiment=aa_table5 calibration.num_examples=1",
-    "run -m experiment=aa_table3 task.num_examples=100 calibration.num_examples=4",
-    "run -m experiment=aa_table6 task.num_examples=60 calibration.num_examples=4",
-    "run -m experiment=aa_code_key task.num_examples=60 calibration.num_examples=4",
-    "run -m experiment=aa_table3 method=prop1,prop2 task.num_examples=100 calibration.num_examples=4",
-    "run -m experiment=aa_table3 method=pmax,entropy ++method.per_layer=true ++method.search=bisect "
-    "task.num_examples=100 calibration.num_examples=4",
-    "run -m experiment=aa_table3 method=yarn,longrope task.num_examples=100 calibration.num_examples=4",
-    "run -m task=passkey method=none,pmax task.num_examples=4 calibration.num_examples=1",
-    "run -m experiment=sb_table2 profile=mini",
-    "run -m experiment=sb_table3 profile=mini",
-    "run -m experiment=sb_table4 profile=mini",
-    "run -m experiment=sb_table5 profile=mini",
-    "run -m experiment=ext_tau_vs_segmented",
-    "run -m profile=mini task=segmented_ppl model=gpt2,pythia-160m,gpt2-xl,pythia-1.4b,bloom-1b1 "
-    "task.factors=[1,2,3,4,5] task.attention_medians=4 task.num_examples=60 task.text_factor=5",
-    "run -m profile=mini task=segmented_ppl model=gpt2,pythia-160m task.run=full-2x,full-4x,chunk-0.125-2x,"
-    "chunk-0.125-4x,chunk-0.25-2x,chunk-0.25-4x,chunk-0.5-2x,chunk-0.5-4x,prefix-0.25-2x,prefix-0.25-4x,"
-    "prefix-0.5-2x,prefix-0.5-4x task.num_examples=60 task.text_factor=5",
-    "run -m profile=mini task=segmented_ppl model=gpt2-xl,pythia-1.4b,bloom-1b1 task.run=chunk-0.25-2x,"
-    "chunk-0.25-4x task.attention_medians=4 task.num_examples=60 task.text_factor=5",
-    "run -m profile=mini task=segmented_ppl model=gpt2-xl,bloom-1b1 task.run=da-1x task.num_examples=60 "
-    "task.text_factor=5",
-)
-
-ALIGNED_METHODS = ("pmax", "entropy", "prop1", "prop2")  # methods whose τ goes through Algorithm 1's cache
-# calibration.num_examples values tried for a row's job (None: the profile's)
-CALIBRATION_COUNTS = (None, 1, 2, 4, 5)
-# dtype values tried for a row's job (a row does not name the one it ran under)
-DTYPES = ("auto", "float32", "bfloat16")
-# keys the models' configs gained after the schemes below: left out of an old hash
-NEW_MODEL_KEYS = ("trust_remote_code",)
-
-
-def _container(node: Any) -> dict[str, Any]:
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
-
-
-# ---- v1: the checkout's path in the hash ---------------------------------------------------------------------
-def legacy_model(model_cfg: Any, old_package_dir: Path) -> dict[str, Any]:
-    """The model as v1 hashes held it: the whole resolved config, a checkpoint inside the package at
-    ``old_package_dir`` (where the old checkout's ``lengthx/`` was)."""
-    model = {k: v for k, v in _container(model_cfg).items() if k not in NEW_MODEL_KEYS}
-    path = model.get("path")
-    if path and Path(str(path)).is_relative_to(PACKAGE_DIR):
-        model["path"] = str(Path(old_package_dir) / Path(str(path)).relative_to(PACKAGE_DIR))
-    return model
-
-
-def legacy_config_hash(cfg: DictConfig, setting: Setting, old_package_dir: Path) -> str:
-    """:func:`lengthx.core.cells.config_hash` as v1 computed it in a checkout whose package was at
-    ``old_package_dir``."""
-    relevant = {
-        "model": legacy_model(cfg.model, old_package_dir),
-        "method": _container(cfg.method),
-        "task": {k: v for k, v in _container(cfg.task).items() if k not in ("settings", "only")},
-        "setting": [setting.label, setting.value, setting.unit],
-        "dtype": cfg.dtype,
-        "calibration": _container(cfg.calibration) if cfg.method.name in ALIGNED_METHODS else None,
-    }
-    return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
-def legacy_cell_hash(cfg: DictConfig, setting: Setting, fingerprint: str, old_package_dir: Path) -> str:
-    """The v1 :func:`lengthx.core.cells.cell_hash`; ``fingerprint`` is v1's (:func:`legacy_fingerprint`)."""
-    return hashlib.sha256(f"{legacy_config_hash(cfg, setting, old_package_dir)}|{fingerprint}".encode()).hexdigest()[:12]
-
-
-def legacy_fingerprint(cfg: DictConfig, perplexity: bool) -> str:
-    """v1's fingerprint of the scored checkpoint: its weight files only (paper B: after the run's hash)."""
-    weights = weights_fingerprint(cfg.model.get("path"))
-    return f"{_run_stamp(cfg)}:{weights}" if perplexity else weights
-
-
-def _run_stamp(cfg: DictConfig) -> str:
-    meta = source_meta(cfg.model)
-    return f"{meta.get('config_hash', '')}:{meta.get('steps', '')}" if meta else ""
-
-
-# ---- v2: portable, the weights by size, first and last MiB, the example count in the hash ---------------------
-V2_TASK_UNHASHED_KEYS = ("settings", "only", "description")
-
-
-def v2_config_hash(cfg: DictConfig, setting: Setting) -> str:
-    """:func:`lengthx.core.cells.config_hash` as v2 computed it: ``task.num_examples`` in, no path."""
-    model = {k: v for k, v in _container(cfg.model).items() if k not in (*MODEL_UNHASHED_KEYS, *NEW_MODEL_KEYS)}
-    relevant = {
-        "model": portable(model),
-        "method": _container(cfg.method),
-        "task": {k: v for k, v in _container(cfg.task).items() if k not in V2_TASK_UNHASHED_KEYS},
-        "setting": [setting.label, setting.value, setting.unit],
-        "dtype": cfg.dtype,
-        "calibration": _container(cfg.calibration) if cfg.method.name in ALIGNED_METHODS else None,
-    }
-    if relevant["calibration"] is not None and getattr(TASKS.get(str(cfg.task.name)), "calibration_item", None):
-        relevant["calibration"]["disjoint_from_evaluation"] = True
-    return hashlib.sha256(json.dumps(portable(relevant), sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
-def v2_fingerprint(cfg: DictConfig, perplexity: bool) -> str:
-    """v2's fingerprint of the scored checkpoint: its config and tokenizer files, its weight files' size, first
-    and last MiB (paper B: after the run's hash)."""
-    content = model_fingerprint(cfg.model.get("path"), weights=weights_fingerprint)
-    return f"{_run_stamp(cfg)}:{content}" if perplexity else content
-
-
-def v2_cell_hash(cfg: DictConfig, setting: Setting, fingerprint: str) -> str:
-    """The v2 :func:`lengthx.core.cells.cell_hash`; ``fingerprint`` is v2's (:func:`v2_fingerprint`)."""
-    return hashlib.sha256(f"{v2_config_hash(cfg, setting)}|{fingerprint}".encode()).hexdigest()[:12]
 
 
 # ---- candidates ---------------------------------------------------------------------------------------------
@@ -258,72 +143,6 @@ def add_job(plan: Plan, command: str, overrides: list[str], old_roots: list[Path
         _add_runner_cells(plan, command, cfg, old_roots)
 
 
-METHOD_ID = re.compile(r"(?P<name>fixed-(?P<tau>[^-]+)|[a-z0-9]+)(?:-scope=(?P<scope>[a-z_]+))?"
-                       r"(?P<per_layer>-per-layer)?(?:-(?P<search>[a-z]+))?")
-EXPLICIT_LABEL = re.compile(r"(?P<value>\d+)(?P<unit>[a-z]+)")  # lengthx.tasks.base.explicit_label
-
-
-def method_overrides(method: str) -> list[str] | None:
-    """The overrides that give ``method`` (an id of :func:`lengthx.core.cells.method_id`), or None for a label
-    that is not a temperature method (paper B's, ``stats``)."""
-    m = METHOD_ID.fullmatch(method)
-    name = m and ("fixed" if m["tau"] else m["name"])
-    if not m or name not in (*TEMPERATURE_METHODS, "truncation"):
-        return None
-    out = [f"method={name}"] + ([f"method.tau={m['tau']}"] if m["tau"] else [])
-    out += [f"method.scope={m['scope']}"] if m["scope"] else []
-    out += ["++method.per_layer=true"] if m["per_layer"] else []
-    return out + ([f"++method.search={m['search']}"] if m["search"] else [])
-
-
-def row_jobs(store: ResultsStore, extra: list[str] = ()) -> list[tuple[str, list[str]]]:
-    """Candidate jobs of paper A's rows: the model, method and task as the row names them, its setting (an
-    explicit one as ``task.settings``), L_tr and seed, ``task.num_examples`` unset or the row's ``n``, each dtype
-    of :data:`DTYPES`, for an aligned method each of :data:`CALIBRATION_COUNTS`, then ``extra`` overrides
-    (``stats`` rows: ``lengthx stats`` at τ = 1)."""
-    df = store.read()
-    if df.empty:
-        return []
-    jobs: list[tuple[str, list[str]]] = []
-    seen = df[df["status"] == "ok"].drop_duplicates(["model", "method", "task", "setting", "n", "L_tr", "seed"])
-    for r in seen.itertuples():
-        if getattr(TASKS.get(r.task), "scoring", "") == "perplexity":
-            continue  # paper B's jobs carry knobs the rows do not name: MINI_RECIPES has them
-        base = [f"model={r.model}", f"task={r.task}"]
-        if str(r.L_tr) not in ("", "nan"):
-            base.append(f"model.l_tr={int(float(r.L_tr))}")
-        if str(r.seed) not in ("", "nan"):
-            base.append(f"task.seed={int(float(r.seed))}")
-        label = EXPLICIT_LABEL.fullmatch(str(r.setting))
-        if label and label["unit"] in getattr(TASKS.get(r.task), "units", ()):
-            base += [f"task.settings=[{label['value']}]", f"task.unit={label['unit']}"]
-        if r.method == "stats":
-            jobs += [("stats", [*base, f"dtype={d}", *extra]) for d in DTYPES]
-            continue
-        method = method_overrides(str(r.method))
-        if method is None:
-            continue
-        counts = CALIBRATION_COUNTS if method[0].split("=")[1] in ALIGNED_METHODS else (None,)
-        for examples in (None, int(r.n)):
-            for cal in counts:
-                for dtype in DTYPES:
-                    jobs.append(("run", [*base, *method, f"dtype={dtype}",
-                                         *([f"task.num_examples={examples}"] if examples is not None else []),
-                                         *([f"calibration.num_examples={cal}"] if cal is not None else []),
-                                         *extra]))
-    return jobs
-
-
-def recipe_jobs(commands: tuple[str, ...] | list[str]) -> list[tuple[str, list[str]]]:
-    """The jobs of ``lengthx <command>`` lines (``-m`` sweeps expanded as Hydra expands them)."""
-    jobs = []
-    for line in commands:
-        command, *args = shlex.split(line)
-        _, expanded = sweep_jobs([a for a in args if a not in ("-m", "--multirun")])
-        jobs += [(command, job) for job in expanded]
-    return jobs
-
-
 def plan_migration(results_dir: Path, old_roots: list[Path] = (), commands: list[str] | tuple[str, ...] = MINI_RECIPES,
                    extra: list[str] = ()) -> Plan:
     """Old hashes (v2, and v1 as computed at each of ``old_roots``: checkouts whose ``lengthx/`` package computed
@@ -363,7 +182,7 @@ class Current:
 
     @staticmethod
     def _task_key(cfg: DictConfig, setting: Setting, *more: Any) -> str:
-        task = {k: v for k, v in _container(cfg.task).items() if k not in ("num_examples", "only", "settings")}
+        task = {k: v for k, v in container(cfg.task).items() if k not in ("num_examples", "only", "settings")}
         return json.dumps([task, str(cfg.profile.name), int(cfg.model.l_tr), str(cfg.model.get("path")),
                            [setting.label, setting.value, setting.unit], *more], sort_keys=True, default=str)
 
@@ -606,7 +425,7 @@ def migrate(results_dir: Path, old_roots: list[Path] = (), commands: list[str] |
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m lengthx.cli.migrate_hashes", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python scripts/migrate_hashes.py", description=__doc__.splitlines()[0])
     p.add_argument("--results-dir", default="results/mini", help="the results directory to migrate (any)")
     p.add_argument("--old-root", action="append", default=[],
                    help="a checkout (the directory holding lengthx/) whose absolute path v1 hashes hold; repeatable")
