@@ -4,7 +4,7 @@ Loads ``lengthx/checkpoints/mini-t5`` as a user would (``from_pretrained``), bui
 fitted to L_tr tokens with the checkpoint's own tokenizer, from seeds that neither the training stream nor
 the card's evaluation used, decodes greedily and scores them with the benchmarks' rules: passkey >= 95%;
 topics and lines, where the card reports them, within a few points of the card's figure. The card names the
-study snapshot it is and the selection rule that picked it (docs/mini-t5-study.md). Skipped while the
+study snapshot it is and the selection rule that picked it (docs/mini-t5-study.md, the first-of-K study). Skipped while the
 directory holds no weights (``config.json``); ``LENGTHX_MINI_T5=/path`` tests another export.
 """
 
@@ -95,35 +95,47 @@ def test_lines_at_l_tr_matches_the_model_card(mini_t5):
         assert accuracy >= 70.0, f"lines EM {accuracy:.0f}% at {l_tr} tokens; first outputs {outputs[:5]}"
 
 
-def test_topics_at_l_tr_matches_the_model_card(mini_t5):
-    """A card that reports topics (checkpoints trained by the token-id recipe) is checked the same way: the
-    harness's own topics examples at L_tr, from seeds the card did not use, within 15 points of its figure."""
+def _topics_format() -> str:
+    """The topics prompt the configured stand-in was trained in (``topics_format`` of conf/model/mini-t5.yaml)."""
+    from omegaconf import OmegaConf
+
+    from lengthx.config import CONF_DIR
+
+    return str(OmegaConf.load(CONF_DIR / "model" / "mini-t5.yaml").get("topics_format") or "longeval")
+
+
+@pytest.mark.parametrize("count", [None, 1, 3, 5])
+def test_topics_at_l_tr_matches_the_model_card(mini_t5, count):
+    """A card that reports topics is checked the same way: the harness's own topics examples at L_tr (the
+    benchmark's records, and records of exactly K conversations where the card reports them), in the prompt
+    format the model config names, from seeds the card did not use, within 15 points of its figure."""
     from lengthx.tasks.base import Setting
     from lengthx.tasks.topics import TopicsTask
 
     model, tok = mini_t5
     l_tr = _l_tr()
-    claimed = json.loads((CKPT / "curve.json").read_text())["final"].get(f"topics@{l_tr}")
+    name = "topics" if count is None else f"topics-k{count}"
+    claimed = json.loads((CKPT / "curve.json").read_text())["final"].get(f"{name}@{l_tr}")
     if claimed is None:
-        pytest.skip("this checkpoint's card reports no topics accuracy")
-    task = TopicsTask()
+        pytest.skip(f"this checkpoint's card reports no {name} accuracy")
+    task = TopicsTask(prompt_format=_topics_format(), num_topics=count)
     examples = task.examples(Setting(str(l_tr), l_tr, "tokens"), tok, N, 920_000)
     outputs = _generate(model, tok, [e.prompt for e in examples], max_new_tokens=24)
     accuracy = sum(task.score(o, e)["accuracy"] for o, e in zip(outputs, examples, strict=True)) / N
-    assert abs(accuracy - claimed) <= 15, f"topics EM {accuracy:.0f}% but the model card says {claimed:.0f}%"
+    assert abs(accuracy - claimed) <= 15, f"{name} EM {accuracy:.0f}% but the model card says {claimed:.0f}%"
 
 
 def test_the_shipped_checkpoint_is_the_snapshot_the_study_rule_picks():
-    """Its weights are byte for byte the committed snapshot that ``scripts/study_mini_t5.py``'s rule picks, and
-    its card states the rule and names that snapshot."""
-    from test_mini_t5_study import _script
+    """Its weights are byte for byte the committed snapshot that the first-of-K study's rule picks
+    (``scripts/study_mini_t5_counts.py``), and its card states the rule and names that snapshot."""
+    from test_mini_t5_counts_study import _script
 
     root = Path(__file__).resolve().parents[1]
     if CKPT != root / "lengthx/checkpoints/mini-t5":
         pytest.skip("LENGTHX_MINI_T5 points at another export")
     study = _script()
-    picked = study.select(study.snapshots(root / "results" / "mini-t5-study"))
+    picked = study.select(study.snapshots(root / "results" / "mini-t5-counts"))
     assert picked is not None
     assert (CKPT / "model.safetensors").read_bytes() == (picked.path / "model.safetensors").read_bytes()
     card = (CKPT / "README.md").read_text()
-    assert f"This is snapshot `{picked.name}`" in card and "picked by the rule fixed before any τ was measured" in card
+    assert f"Snapshot `{picked.name}` of `results/mini-t5-counts/`, picked by the rule fixed before training" in card

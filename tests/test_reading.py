@@ -49,3 +49,26 @@ def test_tables_summary_prints_the_readings(tmp_path, capsys):
     out = capsys.readouterr().out
     (line,) = readings(store, store.read())
     assert f"- {line}" in out and "pmax 75%" in line
+
+
+def test_a_topics_reading_says_how_many_conversations_each_length_holds(tmp_path):
+    """Past L_tr a benchmark record holds more topics than at L_tr: the line says so for both (from the records'
+    meta), so a reader sees whether the stand-in was ever asked that count at its training length."""
+    store = ResultsStore(tmp_path)
+
+    def cell(method: str, setting: str, l_req: int, counts: list[int], right: list[bool]) -> None:
+        key, chash = f"mini|{method}|topics|{setting}", f"h-{method}-{setting}"
+        for i, (k, r) in enumerate(zip(counts, right, strict=True)):
+            store.append_record(key, {"id": f"0-{i}", "config_hash": chash, "scores": {"accuracy": 100.0 * r},
+                                      "meta": {"n_topics": k}})
+        store.append_rows([{"paper": "A", "table": "4", "model": "mini", "method": method, "task": "topics",
+                            "setting": setting, "metric": "accuracy", "value": 100.0 * sum(right) / len(right),
+                            "n": len(right), "status": "ok", "cell": key, "config_hash": chash, "tau": 1.0,
+                            "L_tr": 256, "L_req": l_req, "L_ex": l_req, "timestamp": "2026-01-01T00:00:00"}], key, chash)
+
+    cell("none", "256tokens", 256, [2, 3, 4, 2], [True] * 4)
+    cell("none", "1024tokens", 1024, [10, 12, 15, 11], [True, False, False, False])
+    cell("pmax", "1024tokens", 1024, [10, 12, 15, 11], [True] * 4)
+    (line,) = readings(store, store.read())
+    assert line.startswith("mini topics 1024tokens (4× L_tr, 10-15 topics, n = 4): τ = 1 25%")
+    assert "at L_tr, 2-4 topics)" in line

@@ -50,12 +50,13 @@ def readings(store: ResultsStore, df: pd.DataFrame, baseline: str = "none") -> l
         score = base.kind == "score"
         l_tr = float(b["L_tr"]) if pd.notna(pd.to_numeric(b["L_tr"], errors="coerce")) else None
         ratio = f"{float(b['L_ex']) / l_tr:.0f}× L_tr, " if l_tr else ""
-        text = (f"{model} {task} {setting} ({ratio}n = {base.n}): τ = 1 "
+        held = _held(store, str(b["cell"]))
+        text = (f"{model} {task} {setting} ({ratio}{held + ', ' if held else ''}n = {base.n}): τ = 1 "
                 f"{_value(float(b['value']), base.low, base.high, score)}")
         at_l_tr = _at_training_length(ok, intervals, model, task, metric, l_tr, baseline, _count(setting))
         if at_l_tr and str(setting) != at_l_tr[0]:
-            same = _count(setting).removeprefix("-").replace("topics", " topics")  # the count both settings hold
-            text += f" ({_value(*at_l_tr[1:], score)} at L_tr{', ' + same if same else ''})"
+            held_there = _held(store, at_l_tr[4])  # so a reader sees whether L_tr held the same count
+            text += f" ({_value(*at_l_tr[1:4], score)} at L_tr{', ' + held_there if held_there else ''})"
         for r in others:
             c = intervals[(model, r.method, task, str(setting), metric)]
             tau = pd.to_numeric(pd.Series([r.tau]), errors="coerce").iloc[0]
@@ -74,10 +75,20 @@ def _count(setting: object) -> str:
     return label.split("tokens", 1)[1] if "tokens" in label else ""
 
 
+def _held(store: ResultsStore, cell: str) -> str:
+    """How many conversations a topics cell's records hold (``3 topics``, ``10-15 topics``), from the records'
+    ``meta``; ``""`` for other tasks."""
+    counts = sorted({int(r["meta"]["n_topics"]) for r in store.load_records(cell).values()
+                     if isinstance(r.get("meta"), dict) and isinstance(r["meta"].get("n_topics"), int)})
+    if not counts:
+        return ""
+    return f"{counts[0]} topics" if counts[0] == counts[-1] else f"{counts[0]}-{counts[-1]} topics"
+
+
 def _at_training_length(ok: pd.DataFrame, intervals: dict, model: str, task: str, metric: str, l_tr: float | None,
-                        baseline: str, count: str = "") -> tuple[str, float, float, float] | None:
-    """(setting, value, low, high) of the baseline cell whose requested length is the model's L_tr, at the same
-    fixed count of conversations as the setting read (``count``: :func:`_count`), if any."""
+                        baseline: str, count: str = "") -> tuple[str, float, float, float, str] | None:
+    """(setting, value, low, high, cell) of the baseline cell whose requested length is the model's L_tr, at the
+    same fixed count of conversations as the setting read (``count``: :func:`_count`), if any."""
     if l_tr is None:
         return None
     rows = ok[(ok["model"] == model) & (ok["task"] == task) & (ok["method"] == baseline) & (ok["metric"] == metric)]
@@ -85,5 +96,5 @@ def _at_training_length(ok: pd.DataFrame, intervals: dict, model: str, task: str
         if pd.to_numeric(pd.Series([r.L_req]), errors="coerce").iloc[0] == l_tr and _count(r.setting) == count:
             c = intervals.get((model, baseline, task, str(r.setting), metric))
             if c is not None:
-                return str(r.setting), float(r.value), c.low, c.high
+                return str(r.setting), float(r.value), c.low, c.high, str(r.cell)
     return None
