@@ -114,3 +114,14 @@ def test_each_count_is_its_own_column(capsys, tmp_path):
               "task.format=short", "task.num_examples=2", f"results_dir={tmp_path}", "--dry-run"])
     out = capsys.readouterr().out
     assert "cell mini-t5|none|topics|256tokens-1topics" in out and "cell mini-t5|none|topics|256tokens-3topics" in out
+
+
+def test_the_mini_profile_runs_the_stand_in_in_the_format_it_was_trained_in():
+    """profile=mini maps Flan-T5 onto mini-t5, whose config names its topics format: the task follows it; a paper
+    model's own run (profile=paper) and a stand-in without one keep LongEval's prompt."""
+    from lengthx.models.minis import compose_run
+
+    assert compose_run(["model=flan-t5-large", "task=topics"]).task.format == "short"
+    assert compose_run(["model=mini-t5", "task=topics"]).task.format == "short"
+    assert compose_run(["model=t5-xl-lm", "task=topics"]).task.format is None
+    assert compose_run(["model=flan-t5-large", "task=topics", "task.format=longeval"]).task.format == "longeval"

@@ -36,7 +36,8 @@ def mini_config(name: str) -> Any:
 def apply_profile(cfg: Any) -> Any:
     """Map ``cfg.model`` onto its shipped mini when the profile is ``mini`` and no ``model.path`` is given.
 
-    Sets ``model.path``, ``model.l_tr`` and ``model.mini`` (the stand-in's name) in place and returns ``cfg``.
+    Sets ``model.path``, ``model.l_tr``, the stand-in's ``topics_format`` where it has one, and ``model.mini``
+    (the stand-in's name) in place and returns ``cfg``.
     A missing checkpoint is an error naming the script that trains it. ``model=hf`` takes its family, L_tr and
     name from its checkpoint instead (:func:`lengthx.models.own.resolve_own_model`).
     """
@@ -58,6 +59,8 @@ def apply_profile(cfg: Any) -> Any:
     with open_dict(model):
         model.path = str(mini.path)
         model.l_tr = int(mini.l_tr)
+        if mini.get("topics_format"):  # the prompt format the stand-in was trained in (task.format follows it)
+            model.topics_format = str(mini.topics_format)
         if model.family != mini.family:
             raise ValueError(f"model {model.name} (family {model.family}) cannot stand in as {model.mini} "
                              f"(family {mini.family}); fix its `mini:` entry in conf/model/{model.name}.yaml")
