@@ -190,3 +190,12 @@ def portable(value: Any) -> Any:
     if rel.startswith(SHIPPED_CORPORA):
         rel = FORMER_CORPORA + rel[len(SHIPPED_CORPORA):]
     return f"<checkout>/{rel}"
+
+
+def is_number(text: str) -> bool:
+    """Whether ``text`` reads as a number (``float``), e.g. a τ given as text or a table cell."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

@@ -36,7 +36,7 @@ for entry in (ROOT, ROOT / "scripts"):
     if str(entry) not in sys.path:
         sys.path.insert(0, str(entry))
 
-from study_mini_t5 import Snapshot, snapshots  # noqa: E402
+from study_mini_t5 import Snapshot, _pct, snapshots  # noqa: E402
 
 from lengthx.core.store import SHORT_OF_TARGET, UNALIGNED_MARK, ResultsStore  # noqa: E402
 from lengthx.report.tables.intervals import cell_scores, difference_ci, mean_ci  # noqa: E402
@@ -198,11 +198,6 @@ def summarize(snap: Snapshot, results: Path, lengths: list[int]) -> dict[str, An
         rep = ResultsStore(replication)
         out["replication"] = {v.name: cells_of(rep, v, lengths) for v in VARIANTS}
     return out
-
-
-def _pct(cell: dict[str, Any]) -> str:
-    lo, hi = cell["ci"]
-    return f"{cell['acc']:.0f} [{lo:.0f}, {hi:.0f}]"
 
 
 def _delta(d: list[float] | None) -> str:

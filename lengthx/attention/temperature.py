@@ -28,6 +28,7 @@ from transformers.masking_utils import AttentionMaskInterface, bidirectional_mas
 
 from lengthx.attention.scaling import RowScale, temper
 from lengthx.attention.stats import STATS_ATTR, AttentionStats
+from lengthx.config import is_number
 
 ATTN_NAME = "lengthx"
 TAU_ATTR = "lengthx_tau"
@@ -235,20 +236,12 @@ def register() -> None:
 def check_temperature(tau: Any) -> float:
     """``tau`` as a float, or a ValueError naming it: a real number (not text, not a bool), finite and above 0."""
     if isinstance(tau, bool) or not isinstance(tau, numbers.Real):
-        example = f" (as a number: tau={tau.strip()})" if isinstance(tau, str) and _is_number(tau) else ""
+        example = f" (as a number: tau={tau.strip()})" if isinstance(tau, str) and is_number(tau) else ""
         raise ValueError(f"τ must be a number, got tau={tau!r} ({type(tau).__name__}){example}")
     value = float(tau)
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"τ must be a finite number above 0, got tau={value!r} (e.g. tau=0.8)")
     return value
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def set_temperature(modules: Sequence[torch.nn.Module], tau: float | Sequence[float] | RowScale) -> None:

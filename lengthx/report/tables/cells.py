@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from lengthx.config import is_number
 from lengthx.report.tables.published import published_rows
 from lengthx.report.tables.spec import TableSpec
 
@@ -51,14 +52,6 @@ def filled_cells(spec: TableSpec, runs: Iterable[RunCell]) -> set[tuple[str, str
     return out
 
 
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
 def published_cell_count(spec: TableSpec) -> int | None:
     """Numbers in the published table of ``spec`` that are cells (not "Avg." columns, not "Improvement").
 
@@ -72,7 +65,7 @@ def published_cell_count(spec: TableSpec) -> int | None:
         return sum(len(values) for _, _, values in spec.paper_values) if spec.paper_values else None
     rows = published_rows(spec.paper_csv)
     if spec.paper_key != "model":  # paper B's tidy CSVs: one header row, key columns, then value columns
-        values = [j for j in range(len(rows[0])) if all(_is_number(r[j]) for r in rows[1:] if r[j].strip())]
+        values = [j for j in range(len(rows[0])) if all(is_number(r[j]) for r in rows[1:] if r[j].strip())]
         return sum(1 for r in rows[1:] for j in values if r[j].strip())
     headers = rows[spec.paper_header_rows - 1]
     derived = {j for j, h in enumerate(headers) if h.strip() == "Avg."}
