@@ -66,11 +66,13 @@ def minimal_tokens(conversations: list[Any], tokenizer: PreTrainedTokenizerBase,
 
 def count_fits(conversations: list[Any], k: int, tokenizer: PreTrainedTokenizerBase, prompt: Prompt,
                target: int) -> str | None:
-    """Why a record of ``k`` of these conversations may not fit ``target`` tokens, or ``None``: the ``k`` longest
-    opening sentences (the worst draw) with the header and question must fit."""
+    """Why a record of ``k`` of these conversations may not fit ``target`` tokens, or ``None``: the ``k`` opening
+    sentences longest in tokens (the worst draw) with the header and question must fit."""
     if k > len(conversations):
         return f"task.num_topics={k}: only {len(conversations)} conversations are available. Fix: a smaller count"
-    longest = sorted(conversations, key=lambda c: len(turns(c)[0]))[-k:]
+    openings = [turns(c)[0] for c in conversations]
+    sizes = [len(ids) for ids in tokenizer(openings, add_special_tokens=False)["input_ids"]]
+    longest = [c for _, c in sorted(zip(sizes, conversations, strict=True), key=lambda pair: pair[0])[-k:]]
     need = minimal_tokens(longest, tokenizer, prompt)
     if need > target:
         return (f"task.num_topics={k}: {k} conversations need up to {need} tokens (header, {k} opening sentences, "
