@@ -219,6 +219,11 @@ def render_markdown(summaries: list[dict[str, Any]], picked: str | None, every: 
     """study.md: the selection, then one table per snapshot and task, the dispersal statistics, and cells measured
     on two devices (:func:`device_agreement`)."""
     out = ["# mini-t5 retrieval study: measured (scripts/study_mini_t5.py)", "",
+           "**The first study.** Its topics half is withdrawn as evidence on paper A's claim: its snapshots never "
+           "learned to find the first of several conversations at L_tr, so its topics fall past L_tr measures the "
+           "count of topics, not the length (docs/mini-t5-study.md). The second study, on a stand-in that finds the "
+           "first of 1-6 conversations at L_tr, with its per-snapshot and matched-count tables, is "
+           "`results/mini-t5-counts/study.md`; its passkey half stands.", "",
            "Rendered from the records in this directory by `python scripts/study_mini_t5.py --render-only`; "
            "do not edit by hand. Accuracy in % with 95% Wilson intervals; Δ: paired difference to τ = 1 on the same "
            "examples, 95% Newcombe interval (* = excludes 0); `vs L_tr`: τ = 1's paired change against L_tr, on "
