@@ -137,17 +137,20 @@ def run_config(snap: Snapshot, store: Path, variant: Variant, method: str, lengt
 
 
 def measure(snap: Snapshot, args: argparse.Namespace) -> None:
-    """Every cell of one snapshot (resumable): lengths in order, so a short session finishes the short ones."""
+    """Every cell of one snapshot (resumable): lengths in order, so a short session finishes the short ones, and
+    at each length the paper's methods on every variant before the extension's."""
     from lengthx.core.runner import Runner
 
     results = Path(args.results)
-    for length in args.lengths:
+    paper = [m for m in METHODS if m not in EXTENSION]
+    for length, methods in ((n, ms) for n in args.lengths for ms in (paper, EXTENSION)):  # the extension last
         for variant in (v for v in VARIANTS if v.name in args.variants):
             if length > L_TR and not handled(snap, variant):
-                print(f"{snap.name}: {variant.name} not measured past L_tr (card {held_out(snap, variant.card_set):.0f}% "
-                      f"< {variant.bar:.0f}% at L_tr)", flush=True)
+                if methods is EXTENSION:
+                    print(f"{snap.name}: {variant.name} not measured past L_tr (card "
+                          f"{held_out(snap, variant.card_set):.0f}% < {variant.bar:.0f}% at L_tr)", flush=True)
                 continue
-            for method in METHODS:
+            for method in methods:
                 cfg = run_config(snap, results / snap.name, variant, method, [length], args.examples,
                                  args.calibration, args.device)
                 for cell in Runner(cfg).run():
@@ -155,12 +158,13 @@ def measure(snap: Snapshot, args: argparse.Namespace) -> None:
 
 
 def replicate(spec: str, args: argparse.Namespace) -> None:
-    """One cell and its τ = 1 baseline again at task seed 7 (``SNAPSHOT:VARIANT:LENGTH:METHOD``)."""
+    """One cell and its τ = 1 baseline again at task seed 7 (``SNAPSHOT:VARIANT:LENGTH:METHOD``; a variant's
+    spaces may be left out: ``topicsK=1``)."""
     from lengthx.core.runner import Runner
 
     name, variant_name, length, method = spec.split(":")
     snap = next(s for s in snapshots(Path(args.results)) if s.name == name)
-    variant = next(v for v in VARIANTS if v.name == variant_name)
+    variant = next(v for v in VARIANTS if v.name.replace(" ", "") == variant_name.replace(" ", ""))  # topicsK=1
     for m in ("none", method):
         cfg = run_config(snap, Path(args.results) / name / "replication", variant, m, [int(length)], args.examples,
                          args.calibration, args.device, seed=REPLICATION_SEED)
@@ -299,6 +303,60 @@ def render_markdown(summaries: list[dict[str, Any]], every: list[Snapshot], pick
     return "\n".join(out) + "\n"
 
 
+HEADLINE_RULES = tuple(m for m in METHODS if m != "none")
+
+
+def _held(cell: dict[str, Any]) -> str:
+    lo, hi = cell["topics"] or (None, None)
+    return "–" if lo is None else str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def _rule(cell: dict[str, Any] | None, with_tau: bool = True) -> str:
+    if not cell:
+        return "–"
+    return _delta(cell.get("delta")) + (f" ({_tau(cell)})" if with_tau else "")
+
+
+def headline(summaries: list[dict[str, Any]]) -> str:
+    """headline.md (the README includes it): every cell past L_tr of the snapshots at the bar, one table each for
+    the matched counts, the benchmark's records and passkey, each row followed by its replication at task seed 7
+    where one was measured."""
+    head = ("| snapshot | records | L_ex / L_tr | topics held | τ = 1 | vs L_tr | "
+            + " | ".join(f"Δ {NAMES[m]} (τ)" for m in HEADLINE_RULES) + " |")
+    rule = "|" + "---|" * (6 + len(HEADLINE_RULES))
+    groups = {"matched": (["topics K=1", "topics K=3", "topics K=5"], "**Matched count**: records of exactly K "
+                          "conversations at every length (a count every snapshot here handles at L_tr)"),
+              "benchmark": (["topics"], "**The benchmark's records**: the count of conversations grows with the "
+                            "length, past the 1-6 of training"),
+              "passkey": (["passkey"], "**Passkey**")}
+    at_bar = [s for s in summaries if s["meets_bar"]]
+    out = ["<!-- rendered by scripts/study_mini_t5_counts.py from results/mini-t5-counts; do not edit -->",
+           f"n = 60 per cell; Δ: paired difference to τ = 1 on the same examples, 95% Newcombe interval (✓/✗: it "
+           f"excludes 0); `vs L_tr`: τ = 1's paired change against L_tr; τ in parentheses, {UNALIGNED_MARK} where "
+           "Algorithm 1 stopped at its grid's end short of S̄_tr(1); `≥0.2 (ext.)`: bisection on the grid extended to "
+           f"0.2, beyond the paper; `↳ seed {REPLICATION_SEED}`: the same cell on 60 examples the study never used.",
+           ""]
+    for names, text in groups.values():
+        out += [text, "", head, rule]
+        for s in at_bar:
+            for name in names:
+                records = "K = " + name.split("=")[1] if "K=" in name else "benchmark" if name == "topics" else "passkey"
+                for length, cell in s["variants"][name].items():
+                    if int(length) <= L_TR:
+                        continue
+                    ms = cell["methods"]
+                    out.append(f"| {s['snapshot']} | {records} | {cell['L_ex'] / L_TR:.0f}x | {_held(cell)} | "
+                               f"{_pct(ms['none'])} | {_delta(cell.get('vs_l_tr'))} | "
+                               + " | ".join(_rule(ms.get(m)) for m in HEADLINE_RULES) + " |")
+                    rep = s.get("replication", {}).get(name, {}).get(length)
+                    if rep:
+                        rm = rep["methods"]
+                        out.append(f"| ↳ seed {REPLICATION_SEED} | | | {_held(rep)} | {_pct(rm['none'])} | | "
+                                   + " | ".join(_rule(rm.get(m)) for m in HEADLINE_RULES) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
 def study(results: Path, lengths: list[int]) -> tuple[str, dict[str, Any]]:
     every = snapshots(results)
     summaries = [summarize(s, results, lengths) for s in every if (results / s.name / "results.csv").is_file()]
@@ -311,6 +369,7 @@ def render(results: Path, lengths: list[int]) -> str:
     text, data = study(results, lengths)
     (results / "study.json").write_text(json.dumps(data, indent=1))
     (results / "study.md").write_text(text)
+    (results / "headline.md").write_text(headline(data["snapshots"]))
     return text
 
 

@@ -64,3 +64,28 @@ def test_study_md_is_rendered_from_the_committed_records():
     assert text == (STUDY / "study.md").read_text()
     picked = s.select(s.snapshots(STUDY))
     assert data["picked"] == (picked.name if picked else None)
+
+
+def test_a_variant_below_the_bar_at_l_tr_is_not_measured_past_it(tmp_path, capsys):
+    """The study measures a variant past L_tr only where the card handles its structure at L_tr."""
+    import argparse
+
+    s = _script()
+    _snapshot(tmp_path, 0, 1200, 100, 95, (100, 98, 80, 92, 91))  # K = 3 below the topics bar
+    snap = s.snapshots(tmp_path)[0]
+    by_name = {v.name: v for v in s.VARIANTS}
+    assert s.handled(snap, by_name["topics K=1"]) and not s.handled(snap, by_name["topics K=3"])
+    args = argparse.Namespace(results=str(tmp_path), lengths=[1024], variants=["topics K=3"], examples=2,
+                              calibration=1, device="cpu")
+    s.measure(snap, args)  # would load the (absent) model were the cell not skipped
+    assert "topics K=3 not measured past L_tr (card 80% < 90% at L_tr)" in capsys.readouterr().out
+    assert not (tmp_path / snap.name).exists()
+
+
+@pytest.mark.skipif(not (STUDY / "headline.md").is_file(), reason="the study has not been rendered yet")
+def test_headline_md_is_rendered_from_the_committed_records():
+    s = _script()
+    _, data = s.study(STUDY, list(s.DEFAULT_LENGTHS))
+    text = (STUDY / "headline.md").read_text()
+    assert s.headline(data["snapshots"]) == text
+    assert not any(f"| {x['snapshot']} |" in text for x in data["snapshots"] if not x["meets_bar"])
