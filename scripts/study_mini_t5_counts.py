@@ -44,7 +44,7 @@ from lengthx.report.tables.render import latest_ok  # noqa: E402
 
 L_TR = 256
 DEFAULT_LENGTHS = (256, 1024, 2560, 7424)  # L_tr, 4x, 10x, 29x
-COUNTS = (1, 2, 3, 4, 5)  # the card's K at L_tr (5: the largest K every draw fits at L_tr)
+COUNTS = (1, 2, 3, 4, 5)  # the card's K at L_tr (5: the largest K whose records of these draws fit L_tr)
 MATCHED = (1, 3, 5)  # the matched-count table's K
 BAR = {"passkey": 95.0, "topics": 90.0}
 REPLICATION_SEED = 7

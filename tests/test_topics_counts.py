@@ -89,7 +89,7 @@ def test_training_records_cover_one_to_k_max_conversations(tok):
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["task.num_topics=6", "task.settings=[256]", "task.unit=tokens"], "6 conversations need up to"),
+    (["task.num_topics=6", "task.settings=[256]", "task.unit=tokens"], "draws 6 conversations that need"),
     (["task.num_topics=3"], "task.unit=topics settings"),
     (["task.num_topics=3", "task.unit=tokens"], "needs explicit lengths"),
     (["task.num_topics=0", "task.settings=[256]", "task.unit=tokens"], "not a count of conversations"),
@@ -125,3 +125,24 @@ def test_the_mini_profile_runs_the_stand_in_in_the_format_it_was_trained_in():
     assert compose_run(["model=mini-t5", "task=topics"]).task.format == "short"
     assert compose_run(["model=t5-xl-lm", "task=topics"]).task.format is None
     assert compose_run(["model=flan-t5-large", "task=topics", "task.format=longeval"]).task.format == "longeval"
+
+
+def test_a_count_whose_worst_draw_overflows_runs_when_the_runs_own_draws_fit(capsys, tmp_path):
+    """K = 5 at L_tr = 256: the five longest opening sentences need more than 256 tokens, but the records of the
+    run's seed and examples fit, so the run goes ahead; a length that one of its records cannot fit stops it,
+    naming the example."""
+    from lengthx.models.loading import load_tokenizer
+    from lengthx.models.minis import compose_run
+    from lengthx.tasks import build_task
+
+    cfg = compose_run(["model=mini-t5", "task=topics", "task.num_topics=5"])
+    task, tok = build_task(cfg.task, "mini"), load_tokenizer(cfg.model)
+    assert "need up to" in task.count_problem_at(tok, 256)  # the worst draw does not fit
+    assert task.count_problem_at(tok, 256, (0, 60)) is None
+    main(["run", "model=mini-t5", "task=topics", "task.num_topics=5", "task.settings=[256]", "task.unit=tokens",
+          "task.num_examples=60", f"results_dir={tmp_path}", "--dry-run"])
+    assert "256tokens-5topics" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "model=mini-t5", "task=topics", "task.num_topics=5", "task.settings=[200]", "task.unit=tokens",
+              "task.num_examples=60", f"results_dir={tmp_path}"])
+    assert exc.value.code == 2 and "example 0 of task.seed=0" in capsys.readouterr().err

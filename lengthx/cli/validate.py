@@ -316,8 +316,9 @@ def check_task_data(cfg: DictConfig) -> None:
 
 
 def check_topic_counts(cfg: DictConfig) -> None:
-    """Raise :class:`ConfigError` when ``task.num_topics`` conversations cannot fit a setting's tokens with the
-    model's tokenizer (:meth:`lengthx.tasks.topics.TopicsTask.count_problem_at`), before any model loads."""
+    """Raise :class:`ConfigError` when the run's ``task.num_topics`` conversations cannot fit a setting's tokens
+    with the model's tokenizer (:meth:`lengthx.tasks.topics.TopicsTask.count_problem_at`, on the records of the
+    run's seed and examples), before any model loads."""
     if str(cfg.task.name) != "topics" or cfg.task.get("num_topics") is None:
         return
     from lengthx.models.loading import load_tokenizer
@@ -325,8 +326,11 @@ def check_topic_counts(cfg: DictConfig) -> None:
 
     task = build_task(cfg.task, str(cfg.profile.name))
     tokenizer = load_tokenizer(cfg.model)
+    # the run's examples per setting, as the runner counts them (task's, else the profile's, else the paper's)
+    n = next((int(v) for v in (cfg.task.get("num_examples"), cfg.profile.get("num_examples"),
+                                cfg.task.get("paper_num_examples")) if v is not None), None)
     for s in resolve_settings(cfg.task, str(cfg.profile.name), int(cfg.model.l_tr)):
-        problem = task.count_problem_at(tokenizer, s.value)
+        problem = task.count_problem_at(tokenizer, s.value, None if n is None else (int(cfg.task.seed), n))
         if problem:
             raise ConfigError(problem)
 

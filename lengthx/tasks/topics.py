@@ -397,12 +397,26 @@ class TopicsTask:
         """:func:`topics_prompt` in this task's format."""
         return topics_prompt(texts, n_topics, self.prompt_format)
 
-    def count_problem_at(self, tokenizer: PreTrainedTokenizerBase, target: int) -> str | None:
-        """Why ``num_topics`` conversations may not fit ``target`` tokens (the worst draw), or ``None``
-        (:func:`lengthx.tasks.topics_records.count_fits`)."""
+    def count_problem_at(self, tokenizer: PreTrainedTokenizerBase, target: int,
+                         draws: tuple[int, int] | None = None) -> str | None:
+        """Why ``num_topics`` conversations may not fit ``target`` tokens, or ``None``: the worst draw
+        (:func:`lengthx.tasks.topics_records.count_fits`) or, with ``draws`` = (seed, n), the first ``n`` draws of
+        that seed, the records a run builds (a worst draw that no example of the run holds does not stop it)."""
         if self.num_topics is None:
             return None
-        return count_fits(list(self.conversations()), self.num_topics, tokenizer, self.prompt, target)
+        convs, k = list(self.conversations()), self.num_topics
+        problem = count_fits(convs, k, tokenizer, self.prompt, target)
+        if problem is None or draws is None or k > len(convs):
+            return problem
+        seed, n = draws
+        for i in range(n):
+            need = minimal_tokens([convs[j] for j in self._order(seed, i)[:k]], tokenizer, self.prompt)
+            if need > target:
+                return (f"task.num_topics={k}: example {i} of task.seed={seed} draws {k} conversations that need "
+                        f"{need} tokens (header, {k} opening sentences, the question) but task.settings has "
+                        f"{target}. Fix: a setting of at least {need} tokens, another task.seed, or a smaller "
+                        "task.num_topics")
+        return None
 
     def training_record(self, tokenizer: PreTrainedTokenizerBase, l_tr: int, k_max: int,
                         rng: random.Random) -> tuple[str, str, int]:
