@@ -144,7 +144,7 @@ def measure(snap: Snapshot, args: argparse.Namespace) -> None:
     results = Path(args.results)
     paper = [m for m in METHODS if m not in EXTENSION]
     for length, methods in ((n, ms) for n in args.lengths for ms in (paper, EXTENSION)):  # the extension last
-        for variant in (v for v in VARIANTS if v.name in args.variants):
+        for variant in sorted((v for v in VARIANTS if v.name in args.variants), key=lambda v: args.variants.index(v.name)):
             if length > L_TR and not handled(snap, variant):
                 if methods is EXTENSION:
                     print(f"{snap.name}: {variant.name} not measured past L_tr (card "
@@ -410,7 +410,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--examples", type=int, default=60)
     p.add_argument("--calibration", type=int, default=2, help="Algorithm 1's calibration examples per setting")
     p.add_argument("--only", nargs="*", default=None, help="measure only these snapshots (seedS/step-NNNNN)")
-    p.add_argument("--variants", nargs="+", default=[v.name for v in VARIANTS], choices=[v.name for v in VARIANTS])
+    p.add_argument("--variants", nargs="+", default=[v.name for v in VARIANTS], choices=[v.name for v in VARIANTS],
+                   help="these variants, in this order")
     p.add_argument("--replicate", nargs="*", default=[], help="SNAPSHOT:VARIANT:LENGTH:METHOD cells to measure again "
                    f"at task seed {REPLICATION_SEED}")
     p.add_argument("--render-only", action="store_true")

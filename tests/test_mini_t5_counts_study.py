@@ -89,3 +89,18 @@ def test_headline_md_is_rendered_from_the_committed_records():
     text = (STUDY / "headline.md").read_text()
     assert s.headline(data["snapshots"]) == text
     assert not any(f"| {x['snapshot']} |" in text for x in data["snapshots"] if not x["meets_bar"])
+
+
+def test_the_demo_slice_is_the_shipped_snapshots_largest_tau_1_fall_at_a_handled_count():
+    """make demo's DEMO_K and DEMO_LENGTH follow its rule (Makefile): among K = 1, 3, 5 at 4x and 10x L_tr on the
+    shipped snapshot, the largest fall of τ = 1 against L_tr at the same count, chosen on τ = 1 alone."""
+    import re
+
+    make = (ROOT / "Makefile").read_text()
+    k = int(re.search(r"^DEMO_K \?= (\d+)$", make, re.M)[1])
+    length = int(re.search(r"^DEMO_LENGTH \?= (\d+)$", make, re.M)[1])
+    data = json.loads((STUDY / "study.json").read_text())
+    shipped = next(x for x in data["snapshots"] if x["snapshot"] == data["picked"])
+    falls = {(kk, int(n)): cell["vs_l_tr"][0] for kk in (1, 3, 5)
+             for n, cell in shipped["variants"][f"topics K={kk}"].items() if int(n) in (1024, 2560)}
+    assert len(falls) == 6 and min(falls, key=falls.get) == (k, length)
