@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lengthx.cli.launchers import check_launcher
 from lengthx.config import (
     CONF_DIR,
     RESULTS_ENV,
@@ -124,6 +125,7 @@ def hydra_entry(task_fn: Callable[[DictConfig], None], argv: list[str], prog: st
     config is validated (``check``: the command's own rule; ``environment``: its results directory and model
     directory too)."""
     check_overrides(argv)
+    check_launcher(argv)
     check_output_env(RESULTS_ENV, RUNS_ENV)  # before Hydra: it writes its record under results_dir
     register_resolvers()
     configs = validate_jobs(argv, environment, check)
