@@ -69,6 +69,8 @@ def estimate_lines(jobs: list[tuple[str, Any, list[Any], bool]], profile: str, c
         lines.append(f"  measured {kind}: {source}")
     for (kind, shape), count in sorted(totals["total"].unmeasured.items()):
         what = KINDS.get(kind.split("/")[0].removeprefix("per-layer "), kind)
-        lines.append(f"  unmeasured: {_count(count)} {what} of {shape} ({kind}): no measured cost on "
-                     f"{costs.device}")
+        lines.append(f"  unmeasured: {_count(count) if count else 'every held-out'} {what} of {shape} ({kind}): "
+                     f"no measured cost on {costs.device}")
+    if any(kind == "sequence" for kind, _ in totals["total"].unmeasured):
+        lines.append("  unmeasured: paper B's training runs (listed above with each cell that needs them)")
     return lines

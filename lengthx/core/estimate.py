@@ -179,7 +179,7 @@ class Total:
         self.tokens += est.tokens or 0
         self.unknown_tokens += est.tokens is None
         for w in est.work:
-            if not w.count:
+            if not w.count and w.kind != "sequence":  # paper B's count is unknown (0) until its corpus is read
                 continue
             kind = w.kind.split("/")[0].removeprefix("per-layer ")
             self.passes[kind] = self.passes.get(kind, 0) + w.count
