@@ -150,10 +150,13 @@ reproduce-mini: reproduce-mini-a reproduce-mini-b
 # The paper profile: needs hub access (or a local cache) and a GPU. Resumable: rerun to continue.
 # One experiment per table (lengthx/conf/experiment/aa_*.yaml, sb_*.yaml), the paper's models × methods × settings;
 # AA_PAPER_ARGS passes data paths, e.g. task.data_dir=… (MDQA upstream files) or task.text_path=… (LM).
-# `make reproduce-all AA_DRY_RUN=--dry-run` lists every cell with counts per table, loading no model;
-# `lengthx plan profile=paper` lists all of them at once beside the published tables' counts.
+# It first prints the plan and its estimate (`lengthx plan … --estimate`: cells, examples, tokens, forward passes,
+# GPU-hours from the committed GPU benchmark, results/bench/gpu.md; what it never measured is named as unmeasured).
+# `make reproduce-all AA_DRY_RUN=--dry-run` then lists every job's cells, loading no model.
 AA_PAPER_ARGS ?=
+PAPER_EXPERIMENTS := aa_table1,aa_table3,aa_table4,aa_table5,aa_table6,aa_code_key,sb_table2,sb_table3,sb_table4,sb_table5
 reproduce-all: install
+	$(LX) plan profile=paper experiment=$(PAPER_EXPERIMENTS) $(AA_PAPER_ARGS) --estimate
 	$(LX) stats -m experiment=aa_table1 profile=paper $(AA_PAPER_ARGS) $(AA_DRY_RUN)
 	$(LX) run -m experiment=aa_table3 profile=paper $(AA_PAPER_ARGS) $(AA_DRY_RUN)
 	$(LX) run -m experiment=aa_table4 profile=paper $(AA_PAPER_ARGS) $(AA_DRY_RUN)
@@ -161,7 +164,7 @@ reproduce-all: install
 	$(LX) run -m experiment=aa_table6 profile=paper $(AA_PAPER_ARGS) $(AA_DRY_RUN)
 	$(LX) run -m experiment=aa_code_key profile=paper $(AA_PAPER_ARGS) $(AA_DRY_RUN)
 	$(call SB_RECIPE,paper,$(AA_DRY_RUN))
-	$(if $(AA_DRY_RUN),$(LX) plan profile=paper,$(LX) tables --results-dir results/paper)
+	$(if $(AA_DRY_RUN),,$(LX) tables --results-dir results/paper)
 
 # mini-t5-lm and the regime study (docs/mini-t5-lm.md). `mini-t5-lm` trains the shipped stand-in (resumable;
 # fp16 snapshots at steps 500/1000/2000 stay in runs/mini-t5-lm); the study trains two variants (8 heads of 16

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lengthx.cli.launchers import check_launcher
 from lengthx.config import (
     CONF_DIR,
     RESULTS_ENV,
@@ -124,6 +125,7 @@ def hydra_entry(task_fn: Callable[[DictConfig], None], argv: list[str], prog: st
     config is validated (``check``: the command's own rule; ``environment``: its results directory and model
     directory too)."""
     check_overrides(argv)
+    check_launcher(argv)
     check_output_env(RESULTS_ENV, RUNS_ENV)  # before Hydra: it writes its record under results_dir
     register_resolvers()
     configs = validate_jobs(argv, environment, check)
@@ -199,17 +201,25 @@ def dry_run_job(cfg: DictConfig, stats: bool = False) -> None:
         print(data_status(cfg.task, str(cfg.profile.name), int(cfg.model.l_tr)))
 
 
-def print_job_cells(cfg: DictConfig, stats: bool = False) -> list[str]:
-    """Print one job's cells (paper B: first the training runs they need); return their keys."""
+def job_cells(cfg: DictConfig, stats: bool = False, lines: list[str] | None = None) -> list[Any]:
+    """One job's cells (paper B: also the training runs they need, appended to ``lines``)."""
     from lengthx.core.cells import planned_cells
 
     if cfg.task.name == "segmented_ppl":  # paper B: the training runs it needs, then its cells
         from lengthx.core.perplexity import planned_runs
 
-        lines, cells = planned_runs(cfg)
-        print("\n".join(lines))
-    else:
-        cells = planned_cells(cfg, stats=stats)
+        runs, cells = planned_runs(cfg)
+        (lines if lines is not None else []).extend(runs)
+        return cells
+    return planned_cells(cfg, stats=stats)
+
+
+def print_job_cells(cfg: DictConfig, stats: bool = False) -> list[str]:
+    """Print one job's cells (paper B: first the training runs they need); return their keys."""
+    runs: list[str] = []
+    cells = job_cells(cfg, stats, runs)
+    if runs:
+        print("\n".join(runs))
     for cell in cells:
         print(f"cell {cell.key}  ({cell.setting.value} {cell.setting.unit})")
     return [cell.key for cell in cells]

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from lengthx.cli.common import experiment_jobs, print_job_cells, print_plan
+from lengthx.cli.common import experiment_jobs, job_cells, print_job_cells, print_plan
 from lengthx.config import CONF_DIR, RUN_CONFIG, check_overrides, choices
 from lengthx.errors import UsageError, debug_enabled, interrupted
 
@@ -18,29 +18,49 @@ if TYPE_CHECKING:
 
 def plan_command(argv: list[str]) -> None:
     """``lengthx plan``: every cell of every paper-A experiment (or of those named, paper B's ``sb_*`` too, with
-    the training each needs), with counts per table. Experiments are sweeps, so ``-m`` is implied."""
+    the training each needs), with counts per table; ``--estimate`` adds what they cost (:mod:`lengthx.cli.estimate`).
+    Experiments are sweeps, so ``-m`` is implied."""
+    estimate = "--estimate" in argv
+    argv = [a for a in argv if a not in ("-m", "--multirun", "--estimate")]
+    check_overrides(argv, command="plan")
+    cells, planned = plan_jobs(argv)
+    print_plan(cells, argv)
+    if estimate:
+        from lengthx.cli.estimate import estimate_lines
+
+        profile = str(planned[0][1].profile.name) if planned else "mini"
+        print("\n".join(estimate_lines(planned, profile)))
+
+
+def plan_jobs(argv: list[str], show: bool = True) -> tuple[list[tuple[str, str]], list[tuple[str, Any, list, bool]]]:
+    """The cells of the experiments ``argv`` names (``experiment=a,b``; default every paper-A one) under its other
+    overrides, printed per job when ``show``: (experiment, cell key) pairs, and per job (experiment, its config,
+    its cells, whether they are ``lengthx stats`` cells)."""
     from hydra import compose, initialize_config_dir
 
     from lengthx.core.cells import experiment_skip_reason
     from lengthx.models.minis import apply_profile
 
-    argv = [a for a in argv if a not in ("-m", "--multirun")]
-    check_overrides(argv, command="plan")
     experiments = [v for a in argv if a.startswith("experiment=") for v in a.split("=", 1)[1].split(",")]
     rest = [a for a in argv if not a.startswith("experiment=")]
     experiments = experiments or [e for e in choices("experiment") if e.startswith("aa_")]
     cells: list[tuple[str, str]] = []
+    planned: list[tuple[str, Any, list, bool]] = []
     for experiment in experiments:
         command, jobs = experiment_jobs(experiment, rest)
-        print(f"== experiment {experiment}: lengthx {command} -m experiment={experiment} {' '.join(rest)} "
-              f"({len(jobs)} jobs)")
+        if show:
+            print(f"== experiment {experiment}: lengthx {command} -m experiment={experiment} {' '.join(rest)} "
+                  f"({len(jobs)} jobs)")
         with initialize_config_dir(str(CONF_DIR), version_base=None):
             for job in jobs:
                 cfg = apply_profile(compose(RUN_CONFIG, overrides=job))
                 if experiment_skip_reason(cfg):
                     continue
-                cells.extend((experiment, key) for key in print_job_cells(cfg, stats=command == "stats"))
-    print_plan(cells, argv)
+                stats = command == "stats"
+                keys = print_job_cells(cfg, stats=stats) if show else [c.key for c in job_cells(cfg, stats)]
+                cells.extend((experiment, key) for key in keys)
+                planned.append((experiment, cfg, job_cells(cfg, stats), stats))
+    return cells, planned
 
 
 def run_command(cfg: DictConfig) -> None:

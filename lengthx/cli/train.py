@@ -22,6 +22,7 @@ import sys
 from typing import Any
 
 from lengthx.cli.common import reported
+from lengthx.cli.launchers import check_launcher
 from lengthx.config import (
     CONF_DIR,
     RUNS_ENV,
@@ -64,6 +65,7 @@ def train_main(argv: list[str]) -> None:
         return
     try:
         check_overrides(argv, command="train")
+        check_launcher(argv)
         check_output_env(RUNS_ENV)  # before Hydra: it writes its record under $LENGTHX_RUNS
     except UsageError as err:
         print(f"lengthx: {err}", file=sys.stderr)

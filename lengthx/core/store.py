@@ -56,6 +56,7 @@ from lengthx.core.store_files import (
     write_atomic,
     write_json,
 )
+from lengthx.core.store_mounts import node_local_locks, on_a_cluster
 from lengthx.core.store_repair import (
     replace_rows,
     set_aside_lines,
@@ -149,6 +150,20 @@ class ResultsStore:
         except OSError as err:
             raise StoreError(f"{where} is not writable ({err.strerror or err}: {err.filename}); make it writable "
                              "or pass results_dir= a writable directory") from err
+        self.check_lock_scope()
+
+    def check_lock_scope(self) -> None:
+        """The directory's file locks reach every machine that may write into it (:mod:`lengthx.core.store_mounts`):
+        a mount that keeps them on one machine is refused in a SLURM job and named in a warning elsewhere."""
+        reason = node_local_locks(self.root)
+        if reason is None:
+            return
+        text = f"results_dir={self.root}: {reason}, which keeps its file locks on one machine"
+        if on_a_cluster():
+            raise StoreError(f"{text}: jobs on other machines would compute the same cells and could drop each "
+                             "other's rows. Fix: pass results_dir= a directory whose locks span the machines (NFS "
+                             "without nolock or local_lock, Lustre mounted with -o flock; docs/results.md)")
+        log.warning("%s; run every job that writes into it on this machine (docs/results.md)", text)
 
     def check_inside(self, path: Path) -> None:
         """Raise :class:`StoreError` when ``path`` is a symbolic link (a file), or leads out of the results

@@ -20,11 +20,18 @@ _FRAMES: dict[Path, tuple[tuple[int, int, int], Any]] = {}
 
 
 def file_version(path: Path) -> tuple[int, int, int] | None:
-    """(inode, size, mtime in ns) of ``path``, or None when it does not exist."""
+    """(inode, size, mtime in ns) of ``path``, or None when it does not exist: as an open of it sees them, not a
+    stat. On NFS an open revalidates the file's attributes with the server (close-to-open consistency) while a
+    stat may answer from this machine's attribute cache for up to a minute, long enough for rows another machine
+    appended to go unseen and their cells to be computed again (docs/results.md, "Many workers, one store")."""
     try:
-        st = os.stat(path)
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return None
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 

@@ -12,6 +12,8 @@ import errno
 import json
 import logging
 import os
+import re
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -84,12 +86,19 @@ def append_bytes(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
+def temporary_path(path: Path) -> Path:
+    """Where a file replacing ``path`` is written before the rename: named by this machine and process, since
+    machines sharing a filesystem (a cluster's jobs) can run processes of the same PID."""
+    host = re.sub(r"[^A-Za-z0-9.-]+", "_", socket.gethostname())[:64]
+    return path.with_name(f".{path.name}.tmp-{host}-{os.getpid()}")
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     """Replace ``path`` by ``data``: a temporary file beside it, written in full and fsynced, then renamed. A
     symbolic link at ``path`` is refused (it is never followed, nor silently replaced)."""
     path = Path(path)
     refuse_link(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp = temporary_path(path)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         try:

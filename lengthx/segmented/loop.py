@@ -48,6 +48,7 @@ from lengthx.segmented.plan import (
     resolve_run,
     source_meta,
 )
+from lengthx.segmented.preemption import deferred_scheduler_signal
 from lengthx.segmented.run_lock import run_directory_lock
 from lengthx.segmented.sampling import IGNORE_INDEX, collate_segmented, sample_generator
 
@@ -364,35 +365,53 @@ def _resume(parts: CheckpointParts, out: Path, plan: TrainPlan, main: bool) -> i
 
 def _run_steps(loop: _Loop, parts: CheckpointParts, plan: TrainPlan, tc: Any, main: bool) -> None:
     """Optimizer steps until the plan is done (or ``train.stop_after_steps``): the loss curve, the progress
-    bar and a checkpoint every ``train.save_every`` steps."""
+    bar and a checkpoint every ``train.save_every`` steps. Under submitit, the scheduler's time-limit or
+    preemption signal saves a checkpoint after the current step and requeues the job
+    (:mod:`lengthx.segmented.preemption`)."""
     from tqdm.auto import tqdm
 
     state, out = parts.state, loop.spec.output_dir
-    stop_after, save_every = tc.get("stop_after_steps"), int(tc.get("save_every") or 0)
-    log_every = int(tc.get("log_every") or 1)
+    stop_after, keep = tc.get("stop_after_steps"), int(tc.get("keep_checkpoints") or 2)
     bar = tqdm(total=plan.steps, initial=state.step, desc=f"train {loop.spec.label}", unit="step",
                disable=not main or not tc.get("progress", True), dynamic_ncols=True)
     logged: list[tuple[float, float]] = []  # (loss, seconds) of the steps since the last logged one
     loop.model.train()
-    while state.step < plan.steps:
-        if stop_after is not None and state.step >= int(stop_after):
-            break  # simulated interruption (tests): leave without a final export
-        t0 = time.time()
-        mean_loss, lr = loop.step(state.step)
-        state.step += 1
-        state.tokens += plan.tokens_per_step
-        dt = time.time() - t0
-        state.seconds += dt
-        logged.append((mean_loss, dt))
-        if state.step % log_every == 0 or state.step == plan.steps:
-            row = _log_metrics(loop.accelerator, out, state, lr, logged, plan.tokens_per_step, main)
-            bar.set_postfix(loss=f"{row['loss']:.4f}", tok_s=f"{row['tokens_per_s']:,.0f}", lr=f"{lr:.2e}")
-            logged = []
-        if main:
-            bar.update(1)
-        if save_every and (state.step % save_every == 0 or state.step == plan.steps):
-            _save_checkpoint(parts, out, state.step, int(tc.get("keep_checkpoints") or 2))
+    with deferred_scheduler_signal(enabled=loop.accelerator.num_processes == 1) as scheduler:
+        while state.step < plan.steps:
+            if stop_after is not None and state.step >= int(stop_after):
+                break  # simulated interruption (tests): leave without a final export
+            if scheduler is not None and scheduler.pending:
+                bar.close()
+                _save_checkpoint(parts, out, state.step, keep)
+                scheduler.hand_over()  # submitit requeues the job, which resumes from this checkpoint
+            row = _one_step(loop, parts, plan, tc, main, logged)
+            if row is not None:
+                bar.set_postfix(loss=f"{row['loss']:.4f}", tok_s=f"{row['tokens_per_s']:,.0f}", lr=f"{row['lr']:.2e}")
+            if main:
+                bar.update(1)
     bar.close()
+
+
+def _one_step(loop: _Loop, parts: CheckpointParts, plan: TrainPlan, tc: Any, main: bool,
+              logged: list[tuple[float, float]]) -> dict[str, Any] | None:
+    """One optimizer step of :func:`_run_steps`: a metrics line every ``train.log_every`` steps (``logged`` holds
+    the steps since the last one; the line is returned), a checkpoint every ``train.save_every``."""
+    state, out = parts.state, loop.spec.output_dir
+    save_every, log_every = int(tc.get("save_every") or 0), int(tc.get("log_every") or 1)
+    t0 = time.time()
+    mean_loss, lr = loop.step(state.step)
+    state.step += 1
+    state.tokens += plan.tokens_per_step
+    dt = time.time() - t0
+    state.seconds += dt
+    logged.append((mean_loss, dt))
+    row = None
+    if state.step % log_every == 0 or state.step == plan.steps:
+        row = _log_metrics(loop.accelerator, out, state, lr, logged, plan.tokens_per_step, main)
+        logged.clear()
+    if save_every and (state.step % save_every == 0 or state.step == plan.steps):
+        _save_checkpoint(parts, out, state.step, int(tc.get("keep_checkpoints") or 2))
+    return row
 
 
 def _log_metrics(accelerator: Any, out: Path, state: TrainerState, lr: float, window: list[tuple[float, float]],

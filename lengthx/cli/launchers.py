@@ -1,0 +1,57 @@
+"""Hydra launchers for ``lengthx run`` / ``stats`` / ``calibrate`` / ``train`` sweeps (docs/design.md §12):
+``hydra/launcher=local`` (joblib, one machine), ``submitit_local`` (submitit's local executor: each job its own
+process, as on a cluster) and ``slurm`` (``lengthx/conf/hydra/launcher/slurm.yaml``: one SLURM array task per
+job). A launcher runs the jobs of a ``-m`` sweep; the checks here answer, before Hydra starts, the mistakes that
+would otherwise surface inside a job or a traceback: the submitit plugin not installed, a launcher without
+``-m`` (Hydra would run the job in this process and say nothing), a SLURM launcher without its partition.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+
+from lengthx.errors import UsageError
+
+# launchers that need the ``slurm`` extra (hydra-submitit-launcher, which brings submitit)
+SUBMITIT_LAUNCHERS = ("slurm", "submitit_local", "submitit_slurm")
+# keys of hydra/launcher=slurm a user must set, with how to find the value
+SLURM_REQUIRED = {"partition": "sinfo -s lists the partitions"}
+# Hydra flags that print or inspect the config instead of running it
+INSPECT_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i")
+
+
+def launcher_choice(argv: list[str]) -> str | None:
+    """The ``hydra/launcher=NAME`` of a command line, or None."""
+    names = [a.split("=", 1)[1] for a in argv if a.lstrip("+").startswith("hydra/launcher=")]
+    return names[-1] if names else None
+
+
+def submitit_installed() -> bool:
+    """Whether Hydra's submitit launcher plugin (the ``slurm`` extra) can be imported."""
+    return importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is not None
+
+
+def check_launcher(argv: list[str]) -> None:
+    """Raise :class:`UsageError` (one line naming the key and the fix) for a launcher that cannot run ``argv``."""
+    name = launcher_choice(argv)
+    if name is None:
+        return
+    if name in SUBMITIT_LAUNCHERS and not submitit_installed():
+        raise UsageError(f"hydra/launcher={name} needs Hydra's submitit launcher, which is not installed. Fix: "
+                         "pip install 'lengthx[slurm]' (hydra-submitit-launcher, which brings submitit)")
+    if any(a in INSPECT_FLAGS for a in argv):
+        return  # --cfg hydra shows the launcher's settings; nothing is launched
+    if "-m" not in argv and "--multirun" not in argv:
+        raise UsageError(f"hydra/launcher={name} launches the jobs of a sweep, but without -m the run stays in "
+                         "this process. Fix: add -m (lengthx run -m hydra/launcher=… …)")
+    if name == "slurm":
+        given = {a.split("=", 1)[0].lstrip("+"): a.split("=", 1)[1] for a in argv if "=" in a}
+        for key, hint in SLURM_REQUIRED.items():
+            if given.get(f"hydra.launcher.{key}", "null") in ("", "null"):
+                raise UsageError(f"hydra/launcher=slurm needs hydra.launcher.{key}, which is not set ({hint}). "
+                                 f"Fix: add hydra.launcher.{key}=NAME")
+        if shutil.which("sbatch") is None:
+            raise UsageError("hydra/launcher=slurm submits with sbatch, which is not on PATH (not a SLURM login "
+                             "node). Fix: run it on the cluster, or hydra/launcher=submitit_local to run the same "
+                             "sweep on this machine")
