@@ -61,7 +61,7 @@ from lengthx.segmented.models import prepare_for_length, segmented_forward
 from lengthx.segmented.plan import SequenceOrder, micro_batch_indices, resolve_run
 from lengthx.segmented.sampling import collate_segmented, sample_generator
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[2]  # the checkout the entry point scripts/train_mini_decoders.py runs from
 # family -> (mini name, the paper model whose config group trains it, PE, paper-B models it stands for)
 MINIS = {
     "gpt2": ("mini-gpt2", "gpt2", "APE", ["gpt2", "gpt2-xl"]),
@@ -152,6 +152,7 @@ class DecoderRecipe:
         self.schedule = WarmupCosine(self.plan.warmup_steps, self.plan.steps, float(tc.get("min_lr_ratio", 0.1)))
         self.order = SequenceOrder(self.seed, self.plan.pieces)
         self.batch_size = int(tc.batch_size)
+        self.log_every = args.log_every
 
     def lr(self, loop: TrainingLoop) -> float:
         return self.base_lr * self.schedule(loop.step)
@@ -167,7 +168,7 @@ class DecoderRecipe:
 
     def after_step(self, loop: TrainingLoop) -> None:
         loop.state["last_loss"] = round(self._loss, 6)  # as metrics.jsonl of `lengthx train`
-        if loop.step % 25 == 0:
+        if loop.step % self.log_every == 0:
             loop.state["curve"].append({"step": loop.step, "loss": round(round(self._loss, 6), 4)})
 
     def state_parts(self) -> dict[str, Any]:
@@ -237,6 +238,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--eval-sequences", type=int, default=200)
+    p.add_argument("--log-every", type=int, default=25, help="a curve row (the step's loss) every N steps")
     p.add_argument("--work", default=str(REPO / "runs" / "mini-pretrain"))
     p.add_argument("--out", default=str(REPO / "lengthx" / "checkpoints"))
     p.add_argument("--summary", default=str(REPO / "results" / "mini" / "minis.md"))

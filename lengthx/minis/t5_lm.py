@@ -32,6 +32,7 @@ from lengthx.minis.t5_lm_card import export
 from lengthx.minis.t5_lm_data import batch, corpus, held_out_loss, token_stream
 
 TOKENIZER = Path(__file__).resolve().parents[1] / "checkpoints" / "mini-t5"
+REPO = Path(__file__).resolve().parents[2]  # the checkout the entry point scripts/train_mini_t5_lm.py runs from
 
 
 def build_model(args: argparse.Namespace, vocab: int) -> T5ForConditionalGeneration:
@@ -103,7 +104,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """``scripts/train_mini_t5_lm.py``'s options."""
     p = argparse.ArgumentParser(prog="scripts/train_mini_t5_lm.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, default=Path("runs") / "mini-t5-lm", help="run directory (resumable)")
+    p.add_argument("--out", type=Path, default=REPO / "runs" / "mini-t5-lm", help="run directory (resumable)")
     p.add_argument("--export", default=None, help="export the trained model here (fp16, tokenizer, model card)")
     p.add_argument("--tokenizer", type=Path, default=TOKENIZER)
     p.add_argument("--l-tr", type=int, default=128, help="encoder tokens per training window, </s> included")
