@@ -96,3 +96,16 @@ def _gpt2(work: Path, stops: list[int]) -> list[torch.Tensor]:
         loop.run()
         assert loop.step == stop
     return [p.detach().clone() for p in recipe.model.parameters()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mini-gpt2", "mini-pythia", "mini-bloom"])
+def test_a_shipped_decoder_mini_retrains_to_its_first_logged_loss(tmp_path, name):
+    """At full size, from the command its card records: the first 25 steps of the recipe log the shipped curve's
+    first row. (mini-t5 and mini-t5-lm log theirs at step 50, a minute or more each on one core: retrained the same
+    way with lengthx.minis.retrain.retrain_rows, not in the suite.)"""
+    from lengthx.minis.retrain import retrain_rows, shipped_curve
+
+    (row,) = retrain_rows(name, tmp_path, 25)
+    assert row["step"] == 25 == shipped_curve(name)[0]["step"]
+    assert row["loss"] == pytest.approx(shipped_curve(name)[0]["loss"], abs=TOLERANCE)
