@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 matplotlib.use("Agg")
 
-NOT_SCORES = ("tau",)  # a method's temperature is not a score of the task (the temperature figures draw it)
+NOT_SCORES = ("tau",)
+ROUNDING = 5e-5  # a row's value is its examples' mean rounded to 4 decimals (lengthx.core.runner)  # a method's temperature is not a score of the task (the temperature figures draw it)
 
 
 def scored_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -56,7 +57,7 @@ def cell_interval(store: ResultsStore, row: object) -> tuple[float, float] | Non
     if not got or n is None or pd.isna(n) or len(got) != int(n):
         return None
     values = list(got.values())
-    if abs(sum(values) / len(values) - value) > 1e-6 * max(1.0, abs(value)):
+    if abs(sum(values) / len(values) - value) > ROUNDING + 1e-9 * abs(value):  # the row holds the mean rounded
         return None
     return mean_ci(values)
 
@@ -102,7 +103,8 @@ def ran_figure(rows: pd.DataFrame, model: str, task: str, store: ResultsStore | 
         ax.set_ylabel(metric)
     l_tr = pd.to_numeric(rows["L_tr"], errors="coerce").dropna() if "L_tr" in rows.columns else pd.Series()
     name = run_name(model, int(l_tr.iloc[0]) if len(l_tr) else None)
-    bars = "bars: 95% interval over the cell's examples" if any(intervals.values()) else "no intervals: no records"
+    bars = "bars: 95% interval over the cell's examples; paired differences: the tables" if any(intervals.values()) \
+        else "no intervals: no records"
     fig.suptitle(f"{name}, {task}: what ran, per method ({bars})", fontsize=11)
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=10, frameon=False)
