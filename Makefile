@@ -183,9 +183,12 @@ MINI_T5_RECIPE := --device cpu --d-model 128 --d-kv 32 --heads 4 --d-ff 512 --en
 	--batch-size 32 --w-passkey 0.5 --w-lines 0 --w-topics 0.5 --gate-minutes 0 --warmup 100 --max-minutes 0 \
 	--max-steps 2600 --export-steps 300,450,600,800,1000,1300,1800,2600 --log-every 50 --eval-every 300 \
 	--eval-n 32 --final-lengths 256
-study_train = for s in $(1); do test -f results/mini-t5-study/snapshots/seed$$s/step-02600/README.md && continue; \
-		OMP_NUM_THREADS=1 $(BIN)/python scripts/train_mini_t5.py $(MINI_T5_RECIPE) --seed $$s \
-		--out results/mini-t5-study/train/seed$$s --snapshots-to results/mini-t5-study/snapshots/seed$$s || exit 1; done
+# One recipe for both studies' seeds: $(1) the study's directory, $(2) the name of its options' variable, $(3) its
+# last snapshot's step, $(4) the seeds. A seed whose last snapshot is committed is not trained again.
+train_seeds = for s in $(4); do test -f $(1)/snapshots/seed$$s/step-$(3)/README.md && continue; \
+		OMP_NUM_THREADS=1 $(BIN)/python scripts/train_mini_t5.py $($(2)) --seed $$s \
+		--out $(1)/train/seed$$s --snapshots-to $(1)/snapshots/seed$$s || exit 1; done
+study_train = $(call train_seeds,results/mini-t5-study,MINI_T5_RECIPE,02600,$(1))
 mini-t5-study: install
 	$(call study_train,$(STUDY_SEEDS))
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/study_mini_t5.py
@@ -199,9 +202,7 @@ COUNTS_RECIPE := --device cpu --d-model 128 --d-kv 32 --heads 4 --d-ff 512 --enc
 	--batch-size 32 --w-passkey 0.5 --w-lines 0 --w-topics 0.5 --topics-records counts --topics-k-max 6 \
 	--topics-format short --card-counts 1,2,3,4,5 --gate-minutes 0 --warmup 100 --max-minutes 0 --max-steps 3200 \
 	--export-steps 1200,1800,2400,3200 --log-every 50 --eval-every 400 --eval-n 16 --final-n 60 --final-lengths 256
-counts_train = for s in $(1); do test -f results/mini-t5-counts/snapshots/seed$$s/step-03200/README.md && continue; \
-		OMP_NUM_THREADS=1 $(BIN)/python scripts/train_mini_t5.py $(COUNTS_RECIPE) --seed $$s \
-		--out results/mini-t5-counts/train/seed$$s --snapshots-to results/mini-t5-counts/snapshots/seed$$s || exit 1; done
+counts_train = $(call train_seeds,results/mini-t5-counts,COUNTS_RECIPE,03200,$(1))
 mini-t5-counts-study: install
 	$(call counts_train,$(COUNTS_SEEDS))
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/study_mini_t5_counts.py

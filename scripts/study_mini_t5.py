@@ -43,6 +43,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from lengthx.core.store import ResultsStore  # noqa: E402
+from lengthx.minis.ship import ship_snapshot  # noqa: E402
 from lengthx.report.tables.intervals import cell_scores, difference_ci, mean_ci  # noqa: E402
 from lengthx.report.tables.render import latest_ok  # noqa: E402
 from lengthx.tasks.base import explicit_label  # noqa: E402
@@ -391,10 +392,6 @@ def render(results: Path, lengths: list[int]) -> str:
 
 
 # ---- shipping ----------------------------------------------------------------------------------------------
-SHIPPED_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                 "curve.json")
-
-
 def selection_section(picked: Snapshot, every: list[Snapshot]) -> str:
     """The card's "Selection" section: the rule, the snapshot it picked and on what grounds."""
     rows = "\n".join(f"| {s.name} | {s.held_out('passkey'):.0f} | {s.held_out('topics'):.0f} |" for s in every)
@@ -409,21 +406,13 @@ def selection_section(picked: Snapshot, every: list[Snapshot]) -> str:
 
 
 def ship(results: Path, target: Path) -> Snapshot:
-    """Copy the snapshot the rule picks into ``target`` (the shipped ``mini-t5``): its weights, config,
-    tokenizer and curve, and its card with the selection section; weight files of an earlier export there go."""
-    import shutil
-
+    """Copy the snapshot the rule picks into ``target`` (the shipped ``mini-t5``) with its card and the selection
+    section (:func:`lengthx.minis.ship.ship_snapshot`)."""
     every = snapshots(results)
     picked = select(every)
     if picked is None:
         raise SystemExit(f"no snapshot under {results / 'snapshots'} is at the passkey bar: nothing to ship")
-    target.mkdir(parents=True, exist_ok=True)
-    for old in [*target.glob("*.safetensors"), target / "model.safetensors.index.json", target / "runs.json"]:
-        old.unlink(missing_ok=True)
-    for name in SHIPPED_FILES:
-        shutil.copyfile(picked.path / name, target / name)
-    card = (picked.path / "README.md").read_text()
-    (target / "README.md").write_text(card.rstrip("\n") + "\n" + selection_section(picked, every))
+    ship_snapshot(picked.path, target, selection_section(picked, every))
     return picked
 
 

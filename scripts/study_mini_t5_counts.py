@@ -374,10 +374,8 @@ def render(results: Path, lengths: list[int]) -> str:
 
 
 def ship(results: Path, target: Path) -> Snapshot:
-    """Copy the picked snapshot into ``target`` with its card and a selection section (study_mini_t5.ship's files)."""
-    import shutil
-
-    from study_mini_t5 import SHIPPED_FILES
+    """Copy the picked snapshot into ``target`` with its card and a selection section (lengthx.minis.ship)."""
+    from lengthx.minis.ship import ship_snapshot
 
     every = snapshots(results)
     picked = select(every)
@@ -385,11 +383,6 @@ def ship(results: Path, target: Path) -> Snapshot:
         raise SystemExit(f"the selection rule cannot pick from {results / 'snapshots'} yet (a seed without a snapshot "
                          f"at the bar has not reached step {LAST_STEP}, or none is at the passkey bar): nothing shipped. "
                          "Fix: train the seeds to their last snapshot (make mini-t5-counts-study)")
-    target.mkdir(parents=True, exist_ok=True)
-    for old in [*target.glob("*.safetensors"), target / "model.safetensors.index.json"]:
-        old.unlink(missing_ok=True)
-    for name in SHIPPED_FILES:
-        shutil.copyfile(picked.path / name, target / name)
     rows = "\n".join(f"| {s.name} | {held_out(s, 'passkey'):.0f} | {held_out(s, 'topics'):.0f} | "
                      + " | ".join(f"{held_out(s, f'topics-k{k}'):.0f}" for k in COUNTS) + " |" for s in every)
     section = (f"\n## Selection (docs/mini-t5-study.md, the first-of-K stand-in)\n\nSnapshot `{picked.name}` of "
@@ -399,7 +392,7 @@ def ship(results: Path, target: Path) -> Snapshot:
                + ("It meets the bar." if meets_bar(picked) else "No snapshot met the bar: the fallback picked it.")
                + "\n\n| snapshot | passkey | topics | " + " | ".join(f"K = {k}" for k in COUNTS) + " |\n|"
                + "---|" * (3 + len(COUNTS)) + "\n" + rows + "\n")
-    (target / "README.md").write_text((picked.path / "README.md").read_text().rstrip("\n") + "\n" + section)
+    ship_snapshot(picked.path, target, section)
     return picked
 
 

@@ -1,13 +1,12 @@
 """The shipped mini-t5-lm (the mini profile's T5-LM / CodeT5+ stand-in) is what its model card says.
 
-The card's held-out numbers at L_tr were measured by ``scripts/train_mini_t5_lm.py`` with the harness's own
+The card's held-out numbers at L_tr were measured by ``scripts/train_mini_t5_lm.py`` (:mod:`lengthx.minis.t5_lm_card`) with the harness's own
 ``lm`` and ``code_completion`` tasks on the exported fp16 weights; here they are measured again from the
 shipped files, on the same held-out examples, and must agree.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -17,13 +16,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CKPT = ROOT / "lengthx" / "checkpoints" / "mini-t5-lm"
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("train_mini_t5_lm", ROOT / "scripts" / "train_mini_t5_lm.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +37,9 @@ def test_shipped_checkpoint_is_small_fp16_and_its_card_quotes_the_measured_numbe
 @pytest.mark.slow
 def test_held_out_numbers_at_l_tr_match_the_model_card(meta):
     """Perplexity (lm) and next-line EM / ES (code_completion) at L_tr, recomputed from the shipped weights."""
-    got = _script().card_metrics(CKPT, meta["l_tr"], meta["n_eval"])
+    from lengthx.minis.t5_lm_card import card_metrics
+
+    got = card_metrics(CKPT, meta["l_tr"], meta["n_eval"])
     assert got["continuation"] == meta["continuation"]
     for key in ("ppl", "ppl_tokens", "es"):
         assert got[key] == pytest.approx(meta[key], rel=1e-4), key

@@ -96,7 +96,7 @@ def test_shipped_decoder_minis_are_small_fp16_and_documented():
 
 
 def test_mini_pythia_slowest_rotary_frequency_turns_half_a_circle_over_l_t():
-    """The shipped RoPE mini's base (scripts/train_mini_decoders.half_turn_rope_theta), read back through
+    """The shipped RoPE mini's base (lengthx.minis.decoders.half_turn_rope_theta), read back through
     transformers' own rotary embedding: Pythia's quarter of each head rotated, slowest angle over L_t = π."""
     from transformers import GPTNeoXConfig
     from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding

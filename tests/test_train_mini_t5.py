@@ -1,8 +1,8 @@
-"""scripts/train_mini_t5.py: the lines curriculum's gates, a resumable CPU run, export and the NO-GO stop."""
+"""scripts/train_mini_t5.py (recipe lengthx.minis.retrieval): the lines curriculum's gates, a resumable CPU run, export
+and the NO-GO stop."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,18 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from lengthx.minis.retrieval_data import Curriculum
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "train_mini_t5.py"
 TINY = ["--device", "cpu", "--d-model", "32", "--d-kv", "8", "--d-ff", "64", "--heads", "4", "--enc-layers", "1",
         "--dec-layers", "1", "--batch-size", "8", "--log-every", "4", "--eval-every", "8", "--eval-n", "2",
         "--final-n", "2", "--final-lengths", "256", "--max-minutes", "0"]
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("train_mini_t5", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _run(out: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -35,7 +30,7 @@ def _run(out: Path, *extra: str) -> subprocess.CompletedProcess:
 
 
 def test_a_stage_passes_only_with_a_full_window_at_the_gate():
-    cur = _script().Curriculum(capacity=3, gate=0.75, window=8, device=torch.device("cpu"))
+    cur = Curriculum(capacity=3, gate=0.75, window=8, device=torch.device("cpu"))
     ones, at1 = torch.ones(4, dtype=torch.bool), torch.ones(4, dtype=torch.long)
     cur.update(at1, ones)
     assert not cur.advance(10) and cur.stage == 1  # 4 examples < window
@@ -51,7 +46,7 @@ def test_a_stage_passes_only_with_a_full_window_at_the_gate():
     assert cur.full and cur.lines_count > cur.capacity
     cur.update(torch.full((8,), 4), torch.ones(8, dtype=torch.bool))
     assert not cur.advance(50)  # the full stage has no further gate
-    restored = _script().Curriculum(capacity=3, gate=0.75, window=8, device=torch.device("cpu"))
+    restored = Curriculum(capacity=3, gate=0.75, window=8, device=torch.device("cpu"))
     restored.load_state_dict(json.loads(json.dumps(cur.state_dict())))
     assert (restored.stage, restored.passed) == (cur.stage, cur.passed)
 

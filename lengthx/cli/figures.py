@@ -1,5 +1,6 @@
-"""``lengthx figures``: paper A's and paper B's figures from the results directory, and paper B's training
-curves from the runs directory (PNG and PDF, :mod:`lengthx.report.figures`).
+"""``lengthx figures``: paper A's and paper B's figures from the results directory, a figure of whatever ran
+(every model and task: scores against length per method, with intervals), and paper B's training curves from the
+runs directory (PNG and PDF, :mod:`lengthx.report.figures`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def figures_main(argv: list[str]) -> None:
     from lengthx.core.store import ResultsStore, read_json
     from lengthx.report.figures.paper_a import _save, figure1_bias, figure2_qq, temperature_figure
     from lengthx.report.figures.paper_b import figure2_ootb, figure3_medians
+    from lengthx.report.figures.ran import ran_figures
     from lengthx.report.figures.tau_vs_segmented import tau_vs_segmented_figure
     from lengthx.report.figures.training import training_curves
     from lengthx.segmented.plan import RUNS_DIR
@@ -53,7 +55,8 @@ def figures_main(argv: list[str]) -> None:
             written += temperature_figure(df, model, task, out)
     if not df.empty:  # paper B, and temperature vs segmented training (beyond both papers)
         written += figure2_ootb(df, out, _save)
-        written += tau_vs_segmented_figure(df, out, _save)
+        written += tau_vs_segmented_figure(df, out, _save, store)
+        written += ran_figures(df, store, out, _save)  # whatever ran, in no paper's layout
     written += figure3_medians(root / "attention", out, _save)
     written += training_curves(Path(args.runs_dir) if args.runs_dir else RUNS_DIR / root.name, out, _save)
     if not written:

@@ -223,7 +223,7 @@ def _is_finished(spec: RunSpec, plan: TrainPlan) -> bool:
     return meta.get("config_hash") == spec.config_hash and int(meta.get("steps", -1)) == plan.steps
 
 
-def _plan_for(cfg: DictConfig, spec: RunSpec, pieces: int, world: int) -> TrainPlan:
+def plan_for(cfg: DictConfig, spec: RunSpec, pieces: int, world: int) -> TrainPlan:
     tc = cfg.train
     return make_plan(spec.method, spec.l_t, spec.l_e, pieces, int(tc.batch_size), int(tc.grad_accum), world,
                      tc.get("epochs") or cfg.method.get("epochs"), tc.get("max_steps"), float(tc.get("warmup_ratio", 0.01)),
@@ -313,7 +313,7 @@ def train(cfg: DictConfig) -> TrainResult:
     profile = str(cfg.get("profile", {}).get("name", "mini"))
     with accelerator.main_process_first():  # tokenise once; the other processes read the cache
         pieces = piece_dataset(cfg.data, tokenizer, "train", spec.method.source_length(spec.l_t, spec.l_e), profile)
-    plan = _plan_for(cfg, spec, len(pieces), accelerator.num_processes)
+    plan = plan_for(cfg, spec, len(pieces), accelerator.num_processes)
     main = accelerator.is_main_process
     # one writer per run directory: a second lengthx train into it stops here, naming this one's PID
     with run_directory_lock(out) if main else nullcontext():

@@ -46,16 +46,22 @@ def figure2_ootb(df: pd.DataFrame, out: Path, save: Callable[[plt.Figure, Path, 
     same: dict[tuple, list[str]] = {}  # models run by the same weights (profile=mini) share one curve
     for model, g in sorted(curves.items()):
         same.setdefault(tuple(zip(g["factor"], g["value"].round(6), strict=True)), []).append(model)
-    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    fig, ax = plt.subplots(figsize=(5.2, 4.6))
     for i, (points, models) in enumerate(same.items()):
         xs, ys = zip(*points, strict=True)
-        ax.plot(xs, ys, marker="o", color=f"C{i}", label=" = ".join(models))
+        l_t = {m: curves[m]["L_tr"].dropna().iloc[0] if "L_tr" in curves[m] and curves[m]["L_tr"].notna().any()
+               else None for m in models}
+        ax.plot(xs, ys, marker="o", color=f"C{i}", label=same_run_name(models, l_t))
     ax.set_yscale("log")
     ax.set_xlabel(r"evaluation length ($\times L_t$)")
     ax.set_ylabel("perplexity (mean per sequence, log scale)")
     ax.set_title("Paper B Figure 2: out-of-the-box perplexity vs length", fontsize=10)
     ax.axvline(1, color="grey", lw=0.5, ls=":")
-    ax.legend(fontsize=8)
+    factors = sorted({f for points in same for f, _ in points})
+    if all(float(f).is_integer() for f in factors):  # the tables' column labels: L_t, 2L_t, …
+        ax.set_xticks(factors, [f"${int(f) if f != 1 else ''}L_t$" for f in factors])
+        ax.set_xlabel("evaluation length")
+    ax.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)  # below: off the curves
     fig.tight_layout()
     return save(fig, out, "sb_fig2_ootb_perplexity")
 
@@ -76,6 +82,16 @@ def run_name(model: str, l_t: int | None) -> str:
     if int(l_t) != mini_l_t or mini_l_t == cfg.get("l_tr"):
         return model
     return f"{mini} (for {cfg.get('display') or model})"
+
+
+def same_run_name(models: list[str], l_t: dict[str, float | None]) -> str:
+    """The label of models that ran as one checkpoint: ``mini-gpt2 (for GPT-2 = GPT-2-XL)`` when one mini ran
+    them all (:func:`run_name`), else their names joined by ``=``."""
+    names = [run_name(m, int(l_t[m]) if l_t.get(m) is not None else None) for m in models]
+    minis = {n.split(" (for ", 1)[0] for n in names if " (for " in n}
+    if len(minis) == 1 and all(" (for " in n for n in names):
+        return f"{minis.pop()} (for {' = '.join(n.split(' (for ', 1)[1].removesuffix(')') for n in names)})"
+    return " = ".join(names)
 
 
 FIG3_MODELS = ("gpt2-xl", "pythia-1.4b", "bloom-1b1")  # paper B §5.3: Table 4's models

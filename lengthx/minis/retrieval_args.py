@@ -1,0 +1,80 @@
+"""The retrieval stand-in's options (``scripts/train_mini_t5.py --help``; the recipe is
+:mod:`lengthx.minis.retrieval`, docs/mini-t5-study.md)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+TOKENIZER = Path(__file__).resolve().parents[1] / "checkpoints" / "mini-t5"
+DESCRIPTION = """Train mini-t5: a small T5 (learned relative position buckets) that retrieves by key at its training
+length (lengthx.minis.retrieval).
+
+On a GPU (bf16 autocast, TF32, optional --compile):
+
+    python scripts/train_mini_t5.py --out runs/mini-t5 --max-minutes 20 --batch-size 512 \\
+        --export lengthx/checkpoints/mini-t5
+
+A CPU smoke run: --device cpu --d-model 64 --enc-layers 2 --dec-layers 1 --max-steps 20 --batch-size 8"""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="scripts/train_mini_t5.py", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, required=True, help="run directory (state.pt, curve.json, export/)")
+    p.add_argument("--tokenizer", type=Path, default=TOKENIZER)
+    p.add_argument("--export", type=Path, default=None, help="also export the final model (+ card) here")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--l-tr", type=int, default=256)
+    p.add_argument("--max-distance", type=int, default=128)
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--d-kv", type=int, default=32)
+    p.add_argument("--d-ff", type=int, default=768)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--enc-layers", type=int, default=6)
+    p.add_argument("--dec-layers", type=int, default=4)
+    p.add_argument("--ff-proj", default="gated-gelu")
+    p.add_argument("--batch-size", type=int, default=512)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup", type=int, default=300)
+    p.add_argument("--decay-frac", type=float, default=0.15)
+    p.add_argument("--max-steps", type=int, default=1_000_000)
+    p.add_argument("--max-minutes", type=float, default=20.0, help="cumulative training time box (0: none)")
+    p.add_argument("--w-passkey", type=float, default=0.2)
+    p.add_argument("--w-lines", type=float, default=0.65)
+    p.add_argument("--w-topics", type=float, default=0.15)
+    p.add_argument("--ramp-steps", type=int, default=1000, help="passkey filler and topics length ramp")
+    p.add_argument("--gate", type=float, default=0.9, help="teacher-forced EM that passes a lines stage")
+    p.add_argument("--gate-window", type=int, default=2000, help="examples the gate averages over")
+    p.add_argument("--gate-minutes", type=float, default=12.0,
+                   help="stop (NO-GO) if the 2-line gate has not passed after this much training (0: never)")
+    p.add_argument("--log-every", type=int, default=200)
+    p.add_argument("--eval-every", type=int, default=2000)
+    p.add_argument("--eval-n", type=int, default=64)
+    p.add_argument("--eval-seed", type=int, default=10_000)
+    p.add_argument("--final-n", type=int, default=100)
+    p.add_argument("--final-seed", type=int, default=500_000)
+    p.add_argument("--final-lengths", default="256,512,1024", help="token lengths of the final evaluation")
+    p.add_argument("--save-every-minutes", type=float, default=3.0)
+    p.add_argument("--stop-step", type=int, default=None,
+                   help="stop after this step without changing the schedule (which --max-steps sets): "
+                        "retrains one snapshot of a longer run exactly")
+    p.add_argument("--snapshots-to", type=Path, default=None, help="where --export-steps snapshots go "
+                   "(default OUT/snapshots)")
+    p.add_argument("--card-note", default="", help="markdown placed under the card's title (e.g. how this "
+                   "snapshot was selected)")
+    p.add_argument("--export-steps", default="",
+                   help="comma-separated step counts at which an fp16 snapshot (weights, tokenizer, card with "
+                        "held-out EM at L_tr) is exported to OUT/snapshots/step-NNNNN (or --snapshots-to); resumable")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (GPU)")
+    p.add_argument("--topics-records", choices=("ids", "counts"), default="ids",
+                   help="ids: the benchmark's records as token ids (1-2 conversations at L_tr 256); counts: records "
+                        "of 1..--topics-k-max conversations built as text (lengthx.tasks.topics_records)")
+    p.add_argument("--topics-k-max", type=int, default=6, help="most conversations per counts record")
+    p.add_argument("--topics-format", choices=("longeval", "short"), default="longeval",
+                   help="the topics prompt's header and question (lengthx.tasks.topics.FORMATS), in training "
+                        "(counts records) and in the card's held-out sets")
+    p.add_argument("--card-counts", default="", help="comma-separated conversation counts K: the card and the "
+                   "held-out evaluations also measure topics records of exactly K conversations at L_tr")
+    return p.parse_args(argv)

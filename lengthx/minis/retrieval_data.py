@@ -1,0 +1,136 @@
+"""The retrieval stand-in's batches (docs/mini-t5-study.md): passkey, LongEval lines and topics prompts in fixed
+shares, and the lines curriculum with its gates (paper A §5.2 names the tasks).
+
+Examples are built as token-id tensors on the training device (:mod:`lengthx.tasks.token_ids`): the exact
+prompts of :mod:`lengthx.tasks.passkey` / ``lines`` / ``topics`` for draws made with tensor operations, no text
+and no tokenizer in the loop. With ``topics_records="counts"`` the topics share is instead built as text records
+of 1..K conversations (:meth:`lengthx.tasks.topics.TopicsTask.training_record`), drawn from a generator seeded by
+(seed, step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from typing import Any
+
+import torch
+from transformers import PreTrainedTokenizerFast
+
+from lengthx.tasks.token_ids import IGNORE, IdBatch, LinesIds, PasskeyIds, TopicsIds
+from lengthx.tasks.topics import TopicsTask, generate_conversations
+
+TASKS = ("passkey", "lines", "topics")
+
+
+class Mixture:
+    """One training batch: fixed shares of passkey, lines (at the curriculum's line counts) and topics."""
+
+    def __init__(self, tok: PreTrainedTokenizerFast, args: argparse.Namespace, device: torch.device):
+        self.gens = {"passkey": PasskeyIds(tok, args.l_tr, device), "lines": LinesIds(tok, args.l_tr, device),
+                     "topics": TopicsIds(tok, args.l_tr, device)}
+        shares = {"passkey": args.w_passkey, "lines": args.w_lines, "topics": args.w_topics}
+        total = sum(shares.values())
+        self.sizes = {t: round(args.batch_size * w / total) for t, w in shares.items() if w > 0}
+        self.label_width = max(int((g.answers != IGNORE).sum(1).max()) for g in self.gens.values())
+        self.ramp_steps = args.ramp_steps
+        self.device = device
+        self.counts = args.topics_records == "counts"  # topics records of 1..k_max conversations, built as text
+        if self.counts:
+            self.tok, self.l_tr, self.k_max, self.seed = tok, args.l_tr, args.topics_k_max, args.seed
+            self.topics = TopicsTask(prompt_format=args.topics_format)
+            self.label_width = max(self.label_width, max(len(tok(c.topic)["input_ids"]) for c in generate_conversations()))
+
+    def topics_by_count(self, step: int, size: int) -> IdBatch:
+        """``size`` records of :meth:`lengthx.tasks.topics.TopicsTask.training_record` (text, then ids), drawn from a
+        generator seeded by (seed, step): a resumed run draws the same records. A draw whose opening sentences do
+        not fit L_tr (six long ones can exceed it) is drawn again."""
+        rng = random.Random(f"topics-counts:{self.seed}:{step}")
+        prompts, answers = [], []
+        while len(prompts) < size:
+            try:
+                prompt, topic, _ = self.topics.training_record(self.tok, self.l_tr, self.k_max, rng)
+            except ValueError:
+                continue
+            prompts.append(prompt)
+            answers.append(topic)
+        enc = self.tok(prompts, padding="max_length", max_length=self.l_tr, return_tensors="pt")
+        labels = torch.full((size, self.label_width), IGNORE, dtype=torch.long)
+        for i, ids in enumerate(self.tok(answers)["input_ids"]):
+            labels[i, : len(ids)] = torch.tensor(ids)
+        return IdBatch(enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device), labels.to(self.device))
+
+    def batch(self, step: int, lines_count: int, gen: torch.Generator) -> tuple[IdBatch, torch.Tensor, torch.Tensor]:
+        """(batch, task index per example, lines kept per example (0 for other tasks))."""
+        ramp = 1.0 if self.ramp_steps <= 0 else min(1.0, (step + 1) / self.ramp_steps)
+        parts, task, n_lines = [], [], []
+        for t, size in self.sizes.items():
+            if t == "lines":
+                exact = torch.rand(size, generator=gen, device=self.device) < 0.5
+                below = torch.randint(1, lines_count + 1, (size,), generator=gen, device=self.device)
+                b = self.gens[t].sample(size, torch.where(exact, lines_count, below), gen)
+                n_lines.append(b.draw["n_lines"])
+            elif t == "topics" and self.counts:
+                b = self.topics_by_count(step, size)
+                n_lines.append(torch.zeros(size, dtype=torch.long, device=self.device))
+            else:
+                b = self.gens[t].sample(size, ramp, gen)
+                n_lines.append(torch.zeros(size, dtype=torch.long, device=self.device))
+            parts.append(b)
+            task.append(torch.full((size,), TASKS.index(t), dtype=torch.long, device=self.device))
+        labels = torch.full((sum(self.sizes.values()), self.label_width), IGNORE, dtype=torch.long, device=self.device)
+        row = 0
+        for b in parts:
+            labels[row : row + len(b.labels), : b.labels.shape[1]] = b.labels[:, : self.label_width]
+            row += len(b.labels)
+        batch = IdBatch(torch.cat([b.input_ids for b in parts]), torch.cat([b.attention_mask for b in parts]), labels)
+        return batch, torch.cat(task), torch.cat(n_lines)
+
+
+class Curriculum:
+    """Lines stages 1, 2, …, ``capacity`` and then full (as many as fit); a stage passes when the examples
+    with exactly that many lines reach ``gate`` exact match over a block of at least ``window`` of them."""
+
+    def __init__(self, capacity: int, gate: float, window: int, device: torch.device):
+        self.capacity, self.gate, self.window = capacity, gate, window
+        self.stage = 1
+        self.hits = torch.zeros((), device=device)  # running on the device: no synchronisation per step
+        self.seen = torch.zeros((), device=device)
+        self.passed: dict[int, int] = {}  # stage -> step it passed
+
+    @property
+    def full(self) -> bool:
+        return self.stage > self.capacity
+
+    @property
+    def lines_count(self) -> int:
+        """Lines requested per record at this stage (the full stage asks for more than fit)."""
+        return 2 * self.capacity + 2 if self.full else self.stage
+
+    def update(self, n_lines: torch.Tensor, exact: torch.Tensor) -> None:
+        """Count a batch's lines examples at the current stage."""
+        at_stage = n_lines == self.stage
+        self.hits += (exact & at_stage).sum()
+        self.seen += at_stage.sum()
+
+    def advance(self, step: int) -> bool:
+        """Close the block once it has ``window`` examples; pass the stage (and return True) at ``gate``."""
+        seen = float(self.seen)
+        if self.full or seen < self.window:
+            return False
+        rate = float(self.hits) / seen
+        self.hits.zero_()
+        self.seen.zero_()
+        if rate >= self.gate:
+            self.passed[self.stage] = step
+            self.stage += 1
+            return True
+        return False
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "hits": float(self.hits), "seen": float(self.seen), "passed": self.passed}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        self.stage, self.passed = d["stage"], {int(k): v for k, v in d["passed"].items()}
+        self.hits.fill_(d["hits"])
+        self.seen.fill_(d["seen"])

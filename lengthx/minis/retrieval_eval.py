@@ -1,0 +1,54 @@
+"""The retrieval stand-in's held-out exact match (docs/mini-t5-study.md): the harness's own task classes at a token
+length, greedy decoding, each task's own scoring rule (the model card's protocol)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import PreTrainedTokenizerFast, T5ForConditionalGeneration
+
+from lengthx.minis.retrieval_data import TASKS
+from lengthx.tasks.base import Setting
+from lengthx.tasks.lines import LinesTask
+from lengthx.tasks.passkey import PasskeyTask
+from lengthx.tasks.topics import TopicsTask
+
+EVAL_TASKS = {"passkey": PasskeyTask, "lines": LinesTask, "topics": TopicsTask}
+MAX_NEW = {"passkey": 8, "lines": 8, "topics": 24}
+
+
+def held_out(tok: PreTrainedTokenizerFast, length: int, n: int, seed: int,
+             names: tuple[str, ...] = TASKS, topics_format: str = "longeval",
+             counts: tuple[int, ...] = ()) -> dict[str, tuple[Any, list]]:
+    """The harness's own examples (task classes, token-fitted with this tokenizer) at ``length`` tokens; topics in
+    ``topics_format``, and ``topics-k<K>`` sets of exactly K conversations for each of ``counts``."""
+    setting = Setting(str(length), length, "tokens")
+    tasks = {name: EVAL_TASKS[name]() for name in names if name != "topics"}
+    if "topics" in names:
+        tasks["topics"] = TopicsTask(prompt_format=topics_format)
+        tasks.update({f"topics-k{k}": TopicsTask(prompt_format=topics_format, num_topics=k) for k in counts})
+    return {name: (task, task.examples(setting, tok, n, seed)) for name, task in tasks.items()}
+
+
+@torch.no_grad()
+def exact_match(model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast, sets: dict[str, tuple[Any, list]],
+                batch_size: int = 64) -> dict[str, float]:
+    """Greedy decoding, scored by each task's own rule (accuracy, %)."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    out: dict[str, float] = {}
+    for name, (task, examples) in sets.items():
+        scores = []
+        for i in range(0, len(examples), batch_size):
+            chunk = examples[i : i + batch_size]
+            enc = tok([e.prompt for e in chunk], return_tensors="pt", padding=True).to(device)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+                ids = model.generate(**enc, max_new_tokens=MAX_NEW[name.split("-")[0]], do_sample=False,
+                                     num_beams=1)
+            for text, e in zip(tok.batch_decode(ids, skip_special_tokens=True), chunk, strict=True):
+                scores.append(task.score(text, e)["accuracy"])
+        out[name] = sum(scores) / len(scores)
+    model.train(was_training)
+    return out

@@ -1,0 +1,86 @@
+"""lengthx.minis.loop: the one loop of the minis' recipes: boxes, exact resume, what counts as training time."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lengthx.minis.loop import Box, TrainingLoop
+
+
+class Toy:
+    """A linear regression whose batch ``k`` comes from a generator whose state is saved (as mini-t5's)."""
+
+    def __init__(self, seed: int = 0, stop_at: int | None = None, slow_eval: float = 0.0):
+        torch.manual_seed(seed)
+        self.model = torch.nn.Linear(4, 1)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=0.1)
+        self.gen = torch.Generator().manual_seed(seed)
+        self.stop_at, self.slow_eval = stop_at, slow_eval
+        self.seen: list[int] = []
+
+    def lr(self, loop: TrainingLoop) -> float:
+        return 0.1 * (1 - loop.progress)
+
+    def loss(self, step: int) -> torch.Tensor:
+        self.seen.append(step)
+        x = torch.randn(8, 4, generator=self.gen)
+        return ((self.model(x).squeeze(1) - x.sum(1)) ** 2).mean()
+
+    def after_step(self, loop: TrainingLoop) -> None:
+        loop.state["curve"].append({"step": loop.step})
+        if self.slow_eval:
+            with loop.untimed():
+                time.sleep(self.slow_eval)
+        if self.stop_at is not None and loop.step == self.stop_at:
+            loop.state["stopped"] = "asked"
+
+    def state_parts(self) -> dict[str, Any]:
+        return {"generator": self.gen.get_state()}
+
+    def load_state_parts(self, saved: dict[str, Any]) -> None:
+        self.gen.set_state(saved["generator"])
+
+
+def _run(out: Path, box: Box, **toy: Any) -> tuple[TrainingLoop, Toy]:
+    recipe = Toy(**toy)
+    loop = TrainingLoop(out, recipe.model, recipe.optimizer, recipe, box, {"step": 0, "seconds": 0.0})
+    loop.resume()
+    loop.run()
+    return loop, recipe
+
+
+def _weights(loop: TrainingLoop) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in loop.model.parameters()]
+
+
+def test_a_stopped_and_resumed_run_ends_on_the_weights_of_an_uninterrupted_one(tmp_path):
+    straight, _ = _run(tmp_path / "a", Box(12))
+    first, _ = _run(tmp_path / "b", Box(12, stop_step=5))  # the schedule of 12 steps, stopped after 5
+    assert first.step == 5 and (tmp_path / "b" / "state.pt").is_file()
+    resumed, recipe = _run(tmp_path / "b", Box(12))
+    assert recipe.seen == list(range(5, 12))  # batches 5..11 only: none drawn twice
+    assert all(torch.equal(a, b) for a, b in zip(_weights(straight), _weights(resumed), strict=True))
+    assert [r["step"] for r in resumed.state["curve"]] == list(range(1, 13))
+    other, _ = _run(tmp_path / "c", Box(12), seed=1)
+    assert not all(torch.equal(a, b) for a, b in zip(_weights(straight), _weights(other), strict=True))
+
+
+def test_the_recipe_stops_a_run_and_a_finished_run_takes_no_step(tmp_path):
+    loop, _ = _run(tmp_path, Box(50), stop_at=3)
+    assert loop.step == 3 and loop.state["stopped"] == "asked"
+    again, recipe = _run(tmp_path, Box(50))
+    assert again.step == 3 and recipe.seen == []
+
+
+def test_time_inside_untimed_is_not_training_time(tmp_path):
+    loop, _ = _run(tmp_path, Box(4), slow_eval=0.25)
+    assert loop.minutes * 60 < 0.5  # four quarter-second evaluations were not counted
+
+
+def test_the_minute_box_stops_a_run(tmp_path):
+    loop, _ = _run(tmp_path, Box(10**6, max_minutes=1e-9))
+    assert loop.step == 1 and loop.progress >= 1
