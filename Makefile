@@ -139,13 +139,15 @@ reproduce-mini-b: install
 	$(call SB_RECIPE,mini,$(SB_DRY_RUN))
 	$(LX) run -m experiment=ext_tau_vs_segmented $(SB_DRY_RUN)   # beyond both papers: τ rules vs segmented training
 
-# then every table (plain and beside the paper), the figures, and the README's result blocks from them
+# then every table (plain and beside the paper), the figures, and the result blocks of the Markdown files that
+# include them (MARKDOWN_BLOCKS: every file with a `<!-- lengthx:include … -->` block; tests/test_readme_blocks.py
+# keeps the list complete)
+MARKDOWN_BLOCKS := README.md docs/protocol.md docs/results-paper-a.md docs/results-paper-b.md docs/mini-t5-lm.md
 reproduce-mini: reproduce-mini-a reproduce-mini-b
 	$(LX) tables
 	$(LX) tables --compare-paper
 	$(LX) figures
-	$(BIN)/python -m lengthx.report.tables.readme README.md
-	$(BIN)/python -m lengthx.report.tables.readme docs/mini-t5-lm.md
+	$(BIN)/python -m lengthx.report.tables.readme $(MARKDOWN_BLOCKS)
 
 # The paper profile: needs hub access (or a local cache) and a GPU. Resumable: rerun to continue.
 # One experiment per table (lengthx/conf/experiment/aa_*.yaml, sb_*.yaml), the paper's models × methods × settings;

@@ -1,5 +1,5 @@
 """Measure what still separates lengthx from the benchmarks' own code, on their released files and the committed
-results, into ``results/fidelity/upstream.md`` (the README's protocol section includes it).
+results, into ``results/fidelity/upstream.md`` (docs/protocol.md includes it).
 
 Needs a LongChat checkout (``--longchat``: its ``longeval/evaluation/`` test cases and LongChat-13B-16K's
 released predictions) and, for the C# parser quirk of LongCoder's ``run.py``, ``tree-sitter-c-sharp`` (optional).

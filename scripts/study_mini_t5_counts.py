@@ -318,7 +318,7 @@ def _rule(cell: dict[str, Any] | None, with_tau: bool = True) -> str:
 
 
 def headline(summaries: list[dict[str, Any]]) -> str:
-    """headline.md (the README includes it): every cell past L_tr of the snapshots at the bar, one table each for
+    """headline.md (docs/results-paper-a.md includes it): every cell past L_tr of the snapshots at the bar, one table each for
     the matched counts, the benchmark's records and passkey, each row followed by its replication at task seed 7
     where one was measured."""
     head = ("| snapshot | records | L_ex / L_tr | topics held | τ = 1 | vs L_tr | "

@@ -1,4 +1,4 @@
-"""Run the README's Quickstart block as a new user would and time each command: the times in its comments.
+"""Run the Quickstart block (docs/usage.md) as a new user would and time each command: the times in its comments.
 
 The ``lengthx …`` lines of the block under "## Quickstart" run in order, each a fresh process
 (``python -m lengthx.cli``), in an empty scratch directory with a copy of the committed ``results/mini`` (which
@@ -21,11 +21,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "docs" / "usage.md"
 
 
-def quickstart_commands(readme: Path) -> list[str]:
-    """The ``lengthx`` command lines of the README's Quickstart block, without their comments."""
-    section = readme.read_text(encoding="utf-8").split("\n## Quickstart", 1)[1].split("\n## ", 1)[0]
+def quickstart_commands(markdown: Path = QUICKSTART, heading: str = "Quickstart") -> list[str]:
+    """The ``lengthx`` command lines of the first bash block under ``## <heading>…`` in ``markdown`` (the Quickstart
+    of docs/usage.md; the README's "First steps" is a few of them), without their comments."""
+    section = markdown.read_text(encoding="utf-8").split(f"\n## {heading}", 1)[1].split("\n## ", 1)[0]
     block = section.split("```bash\n", 1)[1].split("\n```", 1)[0]
     lines = []
     for line in block.splitlines():
@@ -39,7 +41,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(ROOT / "results" / "bench" / "quickstart.md"))
     args = p.parse_args()
-    commands = quickstart_commands(ROOT / "README.md")
+    commands = quickstart_commands()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LENGTHX_")}
     env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     rows = []
@@ -61,7 +63,7 @@ def main() -> None:
     lines = [
         "# Quickstart timings",
         "",
-        "`python scripts/time_quickstart.py`: the README's Quickstart commands in order, each a fresh process in a "
+        "`python scripts/time_quickstart.py`: the Quickstart commands of docs/usage.md in order, each a fresh process in a "
         f"scratch directory (a copy of results/mini, a fresh data cache), one thread, on a machine of {os.cpu_count()} "
         f"CPUs shared with other work (load average {load:.1f} at the start). Wall times: a busy machine runs slower.",
         "",

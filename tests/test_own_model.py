@@ -233,8 +233,9 @@ def test_tables_show_an_own_model_beside_the_configured_ones_where_its_settings_
 
 
 def readme_own_model_block() -> str:
-    """The bash block of the README's "Your own model" paragraph (in its Quickstart section)."""
-    section = (ROOT / "README.md").read_text(encoding="utf-8").split("\n## Quickstart", 1)[1].split("\n## ", 1)[0]
+    """The bash block of the "Your own model" paragraph (in the Quickstart section of docs/usage.md)."""
+    text = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
+    section = text.split("\n## Quickstart", 1)[1].split("\n## ", 1)[0]
     return section.split("**Your own model.**", 1)[1].split("```bash\n", 1)[1].split("\n```", 1)[0]
 
 
@@ -246,7 +247,7 @@ def test_the_readme_own_model_example_runs_as_written(tmp_path):
     env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", LENGTHX_CACHE=str(tmp_path / "cache"),
                PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     prelude = (f'lengthx() {{ "{sys.executable}" -m lengthx.cli "$@"; }}\npython() {{ "{sys.executable}" "$@"; }}\n'
-               "set -e\n")  # the README's `lengthx` and `python`: this checkout's, in this interpreter
+               "set -e\n")  # the block's `lengthx` and `python`: this checkout's, in this interpreter
     work = tmp_path / "work"
     work.mkdir()
     p = subprocess.run(["bash", "-c", prelude + block], cwd=work, env=env, capture_output=True, text=True,

@@ -1,6 +1,6 @@
-"""The README's Quickstart fits a coffee break: its commands run slices whose committed timings are about a minute
-each (results/bench/quickstart.md, ``scripts/time_quickstart.py``), and a longer run says how long it will take
-once its first cell is done (the sweep's estimate)."""
+"""The Quickstart (docs/usage.md) fits a coffee break: its commands run slices whose committed timings are about a
+minute each (results/bench/quickstart.md, ``scripts/time_quickstart.py``), the README's "First steps" is a few of
+them, and a longer run says how long it will take once its first cell is done (the sweep's estimate)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_every_quickstart_command_has_a_committed_timing_of_about_a_minute():
         m = re.match(r"\| `(.+)` \| (\d+) \| (-?\d+) \|", line)
         if m:
             timings[m.group(1)] = (int(m.group(2)), int(m.group(3)))
-    commands = quickstart_commands(ROOT / "README.md")
+    commands = quickstart_commands()
     assert len(commands) >= 10 and set(commands) == set(timings), set(commands) ^ set(timings)
     for command in commands:
         seconds, rc = timings[command]
@@ -38,6 +38,14 @@ def test_every_quickstart_command_has_a_committed_timing_of_about_a_minute():
         words = shlex.split(command)
         if words[1] in ("run", "calibrate") and "--help" not in words:  # a slice, as `make demo` runs
             assert any(w.startswith("task.only=") for w in words), command
+
+
+def test_the_readme_first_steps_are_quickstart_commands_and_reach_a_paper_table():
+    """The README's "First steps" runs a few of the Quickstart's commands (so each has its committed timing), one
+    paper table's column among them, and renders the tables."""
+    first = quickstart_commands(ROOT / "README.md", heading="First steps")
+    assert 3 <= len(first) <= 8 and set(first) <= set(quickstart_commands()), set(first) - set(quickstart_commands())
+    assert "lengthx tables" in first and any(c.startswith("lengthx run task=passkey") for c in first)
 
 
 def test_the_estimate_scales_the_first_cell_by_length_and_counts_the_sweep(monkeypatch):

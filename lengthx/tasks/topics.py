@@ -234,7 +234,7 @@ def count_problem(task_cfg: Any, profile: str) -> str | None:
     if fmt is not None and str(fmt) not in FORMATS:
         return f"task.format={fmt}: no such topics format. Fix: task.format=longeval or task.format=short"
     if str(fmt) == "short" and profile == "paper":
-        return ("task.format=short is the mini profile's shortened header (README, the mini stand-ins); profile=paper "
+        return ("task.format=short is the mini profile's shortened header (docs/usage.md, task.format); profile=paper "
                 "keeps LongEval's prompt byte for byte. Fix: drop task.format")
     if k is None:
         return None

@@ -1,4 +1,4 @@
-"""Regenerate the result blocks of a Markdown file (the README) from rendered tables, so no number is typed.
+"""Regenerate the result blocks of a Markdown file (the README, docs/) from rendered tables, so no number is typed.
 
 A block is a pair of markers around generated text::
 
@@ -6,15 +6,19 @@ A block is a pair of markers around generated text::
     …replaced by that file's content…
     <!-- /lengthx:include -->
 
-``python -m lengthx.report.tables.readme README.md`` rewrites every block from its file (paths relative to the
-Markdown file's directory) and fails, naming the file, when one is missing. ``make reproduce-mini`` runs it.
+``python -m lengthx.report.tables.readme FILE …`` rewrites every block from its file and fails, naming the file,
+when one is missing. Paths (here and in ``lengthx:sources`` comments) are relative to the Markdown file's directory,
+as a Markdown link's are: the README names ``results/mini/tables/aa_table3.md``, a file in ``docs/`` names
+``../results/mini/tables/aa_table3.md``.
+``make reproduce-mini`` runs it on every Markdown file with a block (the Makefile's ``MARKDOWN_BLOCKS``).
 
 Numbers in the prose around the blocks come from files too: every quantity the prose states (a number with a
 decimal point, a sign, a per cent sign or a thousands separator) must appear, as printed, in a file the section
 names: the files its blocks include, and those of a ``<!-- lengthx:sources path … -->`` comment in the section (a
 section runs from one ``##`` heading to the next). :func:`unbacked_numbers` lists those that appear in none;
-``--check`` prints them and fails; ``tests/test_readme_blocks.py`` runs it on the README. Code, tables, headings,
-link targets and section marks (§5.4) are not prose.
+``--check`` prints them and fails; ``tests/test_readme_blocks.py`` runs it on the README and on the docs that hold
+results (those of ``tests/test_readme_blocks.py``'s ``CHECKED``). Code, tables, headings, link targets and section
+marks (§5.4) are not prose.
 """
 
 from __future__ import annotations
