@@ -142,11 +142,12 @@ def measure(snap: Snapshot, args: argparse.Namespace) -> None:
     from lengthx.core.runner import Runner
 
     results = Path(args.results)
-    paper = [m for m in METHODS if m not in EXTENSION]
-    for length, methods in ((n, ms) for n in args.lengths for ms in (paper, EXTENSION)):  # the extension last
+    paper = [m for m in METHODS if m not in EXTENSION and m in args.methods]
+    extension = [m for m in EXTENSION if m in args.methods]
+    for length, methods in ((n, ms) for n in args.lengths for ms in (paper, extension)):  # the extension last
         for variant in sorted((v for v in VARIANTS if v.name in args.variants), key=lambda v: args.variants.index(v.name)):
             if length > L_TR and not handled(snap, variant):
-                if methods is EXTENSION:
+                if methods is extension:
                     print(f"{snap.name}: {variant.name} not measured past L_tr (card "
                           f"{held_out(snap, variant.card_set):.0f}% < {variant.bar:.0f}% at L_tr)", flush=True)
                 continue
@@ -402,6 +403,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--lengths", type=int, nargs="+", default=list(DEFAULT_LENGTHS))
     p.add_argument("--examples", type=int, default=60)
     p.add_argument("--calibration", type=int, default=2, help="Algorithm 1's calibration examples per setting")
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS),
+                   help="only these methods (the study's table wants them all)")
     p.add_argument("--only", nargs="*", default=None, help="measure only these snapshots (seedS/step-NNNNN)")
     p.add_argument("--variants", nargs="+", default=[v.name for v in VARIANTS], choices=[v.name for v in VARIANTS],
                    help="these variants, in this order")

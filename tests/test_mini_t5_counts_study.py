@@ -75,7 +75,7 @@ def test_a_variant_below_the_bar_at_l_tr_is_not_measured_past_it(tmp_path, capsy
     snap = s.snapshots(tmp_path)[0]
     by_name = {v.name: v for v in s.VARIANTS}
     assert s.handled(snap, by_name["topics K=1"]) and not s.handled(snap, by_name["topics K=3"])
-    args = argparse.Namespace(results=str(tmp_path), lengths=[1024], variants=["topics K=3"], examples=2,
+    args = argparse.Namespace(results=str(tmp_path), lengths=[1024], variants=["topics K=3"], examples=2, methods=["none", "pmax"],
                               calibration=1, device="cpu")
     s.measure(snap, args)  # would load the (absent) model were the cell not skipped
     assert "topics K=3 not measured past L_tr (card 80% < 90% at L_tr)" in capsys.readouterr().out
