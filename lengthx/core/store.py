@@ -43,7 +43,14 @@ import pandas as pd
 from filelock import FileLock
 
 from lengthx.core.provenance import git_commit, now, versions
-from lengthx.core.store_cache import cached_frame, fast_frame, file_version, keep_frame
+from lengthx.core.store_cache import (
+    cached_frame,
+    cached_records,
+    fast_frame,
+    file_version,
+    keep_frame,
+    keep_records,
+)
 from lengthx.core.store_duplicates import conflicting_lines
 from lengthx.core.store_files import (
     StoreError,
@@ -81,6 +88,7 @@ from lengthx.core.store_schema import (
     row_problem,
     temperature_problem,
 )
+from lengthx.core.store_sidecar import data_digest, load_copy, save_copy
 
 __all__ = [
     "BOM", "COLUMNS", "HEADER", "LEGACY_COLUMNS", "NUMERIC_COLUMNS", "SHORT_OF_TARGET", "STATUSES", "STORE_FOLDERS",
@@ -180,6 +188,11 @@ class ResultsStore:
         data = data[: data.rfind(b"\n") + 1]  # a row being written (or torn) is not a row yet
         if not data:
             return pd.DataFrame(columns=COLUMNS)
+        digest = data_digest(data)
+        copy = load_copy(self.root, digest)  # parsed and checked by an earlier process, the same bytes since
+        if copy is not None:
+            keep_frame(self.csv_path.resolve(), version, copy)
+            return copy
         problem = csv_problem(data)
         if problem is not None:
             line, what = problem
@@ -197,6 +210,7 @@ class ResultsStore:
             if fast is not None:
                 fast["data"] = fast["data"].fillna("")
                 keep_frame(self.csv_path.resolve(), version, fast)
+                save_copy(self.root, digest, fast)
                 return fast
         rows, bad = parse_rows(text)
         if bad:
@@ -214,6 +228,7 @@ class ResultsStore:
         df["data"] = df["data"].fillna("")  # "" = unknown: a row written before rows named their data
         if not bad:  # a file with rows left out warns at every read until a run sets them aside
             keep_frame(self.csv_path.resolve(), version, df)
+            save_copy(self.root, digest, df)
         return df
 
     @staticmethod
@@ -315,6 +330,12 @@ class ResultsStore:
         is a symbolic link is refused."""
         path = self.records_path(cell)
         refuse_link(path)
+        version = None if repair else file_version(path)
+        if version is None and not repair:
+            return {}
+        kept = cached_records(path.resolve(), version)  # read already in this process, unchanged since
+        if kept is not None:
+            return kept
         if not path.exists():
             return {}
         with self.lock if repair else contextlib.nullcontext():
@@ -334,6 +355,7 @@ class ResultsStore:
                 if number not in conflicts:
                     out[rec["id"]] = rec  # an id recomputed under a new configuration: its first place, last record
             if not bad:
+                keep_records(path.resolve(), version, out)
                 return out
             where = "skipped; the next lengthx run recomputes its example"
             if repair:
