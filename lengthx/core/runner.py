@@ -30,6 +30,7 @@ from lengthx.alignment.propositions import RULE_METHODS, closed_form_temperature
 from lengthx.attention.scaling import ROW_RULES, RowScale
 from lengthx.attention.temperature import clear_temperature, set_temperature
 from lengthx.core.cells import RUNNABLE_METHODS, Cell, cell_hash, method_id, model_identity, task_behaviour
+from lengthx.core.done_memo import remember
 from lengthx.core.length_limits import check_lengths
 from lengthx.core.store import (
     SHORT_OF_TARGET,
@@ -188,6 +189,9 @@ class Runner:
         """Run all settings (:func:`lengthx.core.sweep.sweep`) once their lengths are known to fit the model
         (:func:`lengthx.core.length_limits.check_lengths`); returns a summary per cell."""
         check_lengths(self)
+        cells = self.cells()
+        remember(self.cfg, [(c.key, h) for c, h in cells], self.cell_metrics, self.num_examples(),
+                 [self.data_source(c.setting) for c, _ in cells])  # the next run of these inputs: done_memo
         return sweep(self.store, self)
 
     # ---- the sweep's view of this run (lengthx.core.sweep.CellJob) -----------------------------------------

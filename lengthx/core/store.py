@@ -232,7 +232,8 @@ class ResultsStore:
         return df
 
     @staticmethod
-    def _done(df: pd.DataFrame, cell: str, config_hash: str, metrics: Iterable[str] | None, n: int | None) -> bool:
+    def done_in(df: pd.DataFrame, cell: str, config_hash: str, metrics: Iterable[str] | None, n: int | None) -> bool:
+        """Whether the rows ``df`` hold ``cell`` done under ``config_hash`` (:meth:`is_done`)."""
         if df.empty:
             return False
         hit = df[(df["cell"] == cell) & (df["config_hash"] == config_hash) & (df["status"] == "ok")]
@@ -242,11 +243,24 @@ class ResultsStore:
             return not hit.empty
         return set(metrics) <= set(hit["metric"])
 
+    def sound_rows(self) -> pd.DataFrame | None:
+        """The rows, when the file is whole and the parsed copy beside it (:mod:`lengthx.core.store_sidecar`) is of
+        its bytes: every row was sound when it was last read in full. None otherwise (no file, a torn last row, a
+        row to set aside): the caller takes the path that checks and repairs (:meth:`check`)."""
+        refuse_link(self.csv_path)
+        try:
+            data = self.csv_path.read_bytes()
+        except OSError:
+            return None
+        if not data.endswith(b"\n"):
+            return None
+        return load_copy(self.root, data_digest(data))
+
     def is_done(self, cell: str, config_hash: str, metrics: Iterable[str] | None = None, n: int | None = None) -> bool:
         """Whether ``ok`` rows exist for this cell under this configuration: one per metric of ``metrics`` when
         given, so a cell whose rows were cut short is not done; with ``n``, rows of at least ``n`` examples (a
         finished larger run counts: its first ``n`` examples are the ones asked for)."""
-        return self._done(self.read(), cell, config_hash, metrics, n)
+        return self.done_in(self.read(), cell, config_hash, metrics, n)
 
     def append_rows(self, rows: Iterable[dict[str, Any]], cell: str, config_hash: str) -> bool:
         """Write a cell's rows atomically; returns False (and writes nothing) if the cell is already done with at
@@ -268,7 +282,7 @@ class ResultsStore:
             existing = self.read()
             ok_metrics = {r["metric"] for r in rows if r["status"] == "ok"}
             n = max((int(r.get("n") or 0) for r in rows if r["status"] == "ok"), default=None)
-            if ok_metrics and self._done(existing, cell, config_hash, ok_metrics, n):
+            if ok_metrics and self.done_in(existing, cell, config_hash, ok_metrics, n):
                 return False
             upgrade_header(self.csv_path)
             buf = io.StringIO()
