@@ -4,10 +4,10 @@ thousands of rows) without parsing and checking every row again (docs/results.md
 ``<results_dir>/.cache/results.parquet`` holds the frame :meth:`lengthx.core.store.ResultsStore.read` built from
 the file, with the digest of the bytes it was built from in its metadata. It is read only when the digest of the
 file's bytes now is that one, so the file is always the truth: any change to it (an append, an edit, a repair)
-makes the copy stale, and it is rebuilt on the next read. It is written only for a file whose every row was
-sound. A cache never stops a command: a copy that cannot be read (missing, damaged, written by another version
-of pandas or pyarrow that reads back otherwise) or written (a read-only directory, a full disk, a link) is
-skipped, and the CSV is parsed as before. Parquet carries data only, never code.
+makes the copy stale, and it is rebuilt on the next read; so does another version of pandas or pyarrow. It is
+written only for a file whose every row was sound. A cache never stops a command: a copy that cannot be read
+(missing, damaged) or written (a read-only directory, a full disk, a link) is skipped, and the CSV is parsed as
+before. Parquet carries data only, never code.
 """
 
 from __future__ import annotations
@@ -24,8 +24,12 @@ FORMAT = "1"  # the frame's layout in the copy; a copy of another layout is not 
 
 
 def data_digest(data: bytes) -> str:
-    """The digest a copy is keyed by: BLAKE2b of the file's bytes (its rows up to the last newline)."""
-    return f"{FORMAT}:{hashlib.blake2b(data, digest_size=20).hexdigest()}"
+    """The digest a copy is keyed by: BLAKE2b of the file's bytes (its rows up to the last newline), with the
+    versions of pandas and pyarrow that write and read the copy (another version may read it back otherwise)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    return f"{FORMAT}:{pd.__version__}:{pa.__version__}:{hashlib.blake2b(data, digest_size=20).hexdigest()}"
 
 
 def _safe(root: Path) -> Path | None:
