@@ -70,9 +70,9 @@ def checkpoint(tmp_path) -> Path:
     return Path(shutil.copytree(ROOT / "lengthx" / "checkpoints" / "mini-t5", tmp_path / "ckpt"))
 
 
-def _cfg(checkpoint: Path, results: Path, *extra: str):
+def _cfg(checkpoint: Path, results: Path, *extra: str, settings: str = "[512]"):
     return compose_run(["model=hf", f"model.path={checkpoint}", "model.l_tr=256", "task=passkey", "method=none",
-                        "task.unit=tokens", "task.settings=[512]", f"results_dir={results}", *extra])
+                        "task.unit=tokens", f"task.settings={settings}", f"results_dir={results}", *extra])
 
 
 def _done_store(cfg, results: Path) -> list[tuple[str, str]]:
@@ -95,6 +95,22 @@ def test_the_cells_kept_answer_while_nothing_changed(tmp_path, checkpoint):
     cells = _done_store(cfg, tmp_path / "res")
     assert finished_cells(cfg) == [c for c, _ in cells]
     assert finished_cells(_cfg(checkpoint, tmp_path / "res", "task.num_examples=20")) is None  # another key
+
+
+def test_the_answer_warns_of_settings_far_past_the_papers_as_the_full_path_does(tmp_path, checkpoint, capsys):
+    """The full path warns, before its cells, of settings far past the papers' (perhaps meant in another unit);
+    the answer from the memo prints the same warning first, in the run's log format."""
+    from lengthx.cli.run import finished_run
+
+    cfg = _cfg(checkpoint, tmp_path / "res", settings="[10000]")
+    cells = _done_store(cfg, tmp_path / "res")
+    capsys.readouterr()
+    assert finished_run(cfg)
+    out = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(r"\[[-0-9 :,]+\]\[lengthx\]\[WARNING\] - lengthx: task.settings: 10000 tokens = 39x model.l_tr "
+                        r"\(256 tokens\);.*add task.unit=chars", out[0]), out[0]
+    assert [ln.split("] - ", 1)[1] for ln in out[1:3]] == [f"skip finished cell {c}" for c, _ in cells]
+    assert out[3:] == [f"{c:48s} done (already in results.csv)" for c, _ in cells]
 
 
 @pytest.mark.parametrize("change", ["config", "checkpoint", "tokenizer", "environment", "more examples"])

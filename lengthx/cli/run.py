@@ -89,10 +89,15 @@ def finished_run(cfg: DictConfig) -> bool:
     cells = finished_cells(cfg)
     if cells is None:
         return False
+    from lengthx.core.length_limits import far_settings
+    from lengthx.tasks import resolve_settings
+
     form = logging.Formatter(HYDRA_LOG_FORMAT)
-    for cell in cells:
-        print(form.format(logging.LogRecord("lengthx", logging.INFO, __file__, 0, "skip finished cell %s", (cell,),
-                                            None)))
+    warning = far_settings(cfg, resolve_settings(cfg.task, cfg.profile.name, int(cfg.model.l_tr)))
+    lines = [(logging.WARNING, warning)] if warning else []  # as the full path warns before its cells
+    lines += [(logging.INFO, f"skip finished cell {cell}") for cell in cells]
+    for level, message in lines:
+        print(form.format(logging.LogRecord("lengthx", level, __file__, 0, "%s", (message,), None)))
     for cell in cells:
         print(summary_line({"cell": cell, "status": "done"}))
     return True
