@@ -3,9 +3,14 @@
 and on a copy grown to ``--rows`` rows (older configurations of the same cells, the committed rows last, so the
 run still finds its cells done), side by side, one thread.
 
-Each command runs as a fresh process once per round; the rounds interleave the sizes so that a busy machine
-slows them alike. The table gives the median seconds of each at both sizes and their ratio (what the extra
-rows cost). ``--compare-commit REV`` also times the package as it was at ``REV``.
+Each command runs as a fresh process once per round, after one round that is not counted: it leaves what any
+earlier command leaves (the parsed copy of ``results.csv``, the run's kept cell hashes), the state a user's
+second command finds. The rounds interleave the sizes and the code versions so that a busy machine slows them
+alike. The table gives the median CPU seconds of each process (user + system: one thread, so its time on one
+core) and its median wall-clock seconds, at both sizes; the ratio is grown / committed. A last line times the
+first command on a grown copy without those files (``cold``: the first read after a write, or the first run of
+new inputs). ``--compare-commit REV`` also times the package as it was at ``REV``. The run's output is checked:
+a command that does not find every cell done stops the benchmark (its number would time a computation).
 
     python scripts/bench_results_scale.py                            # -> results/bench/results_scale.md
     python scripts/bench_results_scale.py --compare-commit main~3    # … with the commit's numbers beside
@@ -16,28 +21,33 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import re
+import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from bench_cli_startup import export_commit, timed
+from bench_cli_startup import export_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "results" / "mini"
+RUN = ["run", "model=mini-t5-lm", "task=lm", "method=none"]  # five cells of paper A Table 3, done in results/mini
 COMMANDS = (
     ("tables --summary", lambda d: ["tables", "--summary", "--results-dir", str(d)]),
     ("tables", lambda d: ["tables", "--results-dir", str(d), "--out", str(d / "tables")]),
-    ("run, every cell done", lambda d: ["run", "task=passkey", "method=none", "task.num_examples=60",
-                                        f"results_dir={d}"]),
+    ("run, every cell done", lambda d: [*RUN, f"results_dir={d}"]),
 )
+CACHES = (".cache", ".hydra", "tables")  # what the commands leave beside the results
 
 
 def grown_copy(dest: Path, rows: int) -> Path:
     """``results/mini`` copied to ``dest`` with ``results.csv`` grown to ``rows`` rows: copies of its rows under
     other configuration hashes first, its own rows last."""
-    shutil.copytree(COMMITTED, dest, ignore=shutil.ignore_patterns("tables", "figures", ".locks", ".hydra"))
+    shutil.copytree(COMMITTED, dest, ignore=shutil.ignore_patterns("tables", "figures", ".locks", *CACHES))
     with open(COMMITTED / "results.csv", newline="", encoding="utf-8") as fh:
         header, *body = list(csv.reader(fh))
     column = header.index("config_hash")
@@ -51,6 +61,24 @@ def grown_copy(dest: Path, rows: int) -> Path:
     return dest
 
 
+def measured(argv: list[str], cwd: Path, env: dict[str, str], run: bool) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of one fresh process running ``argv`` to its end (CPU: the user + system time
+    the children of this process gained meanwhile); a run must report every cell done."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr[-800:]}")
+    if run:
+        status = re.findall(r"^\S+\|\S+\s+(\w+)", proc.stdout, re.M)
+        if not status or set(status) != {"done"}:
+            raise SystemExit(f"{' '.join(argv)}: not every cell is done at this checkout ({status}); pick a "
+                             "command whose cells results/mini holds (RUN)")
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=200_000)
@@ -59,29 +87,48 @@ def main() -> None:
     p.add_argument("--out", default=str(ROOT / "results" / "bench" / "results_scale.md"))
     args = p.parse_args()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    codes = {"this checkout": str(ROOT)}
+    times: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+    cold: dict[tuple[str, str], tuple[float, float]] = {}
     with tempfile.TemporaryDirectory(prefix="lengthx-bench-") as tmp:
         tmp_path = Path(tmp)
-        sizes = {"committed": tmp_path / "small", f"{args.rows:,} rows": grown_copy(tmp_path / "big", args.rows)}
-        shutil.copytree(COMMITTED, sizes["committed"], ignore=shutil.ignore_patterns("tables", "figures", ".locks"))
-        codes = {"this checkout": str(ROOT)}
         if args.compare_commit:
             codes[args.compare_commit] = str(export_commit(args.compare_commit, tmp_path / "old"))
-        times: dict[tuple[str, str, str], list[float]] = {}
-        for _ in range(args.rounds):
+        grown = grown_copy(tmp_path / "grown", args.rows)
+        folders: dict[tuple[str, str], Path] = {}
+        for k, code in enumerate(codes):  # each code version reads copies of its own (its caches stay its own)
+            folders[(code, "committed")] = Path(shutil.copytree(
+                COMMITTED, tmp_path / f"small{k}", ignore=shutil.ignore_patterns("tables", "figures", ".locks",
+                                                                                 *CACHES)))
+            folders[(code, "grown")] = Path(shutil.copytree(grown, tmp_path / f"big{k}"))
+        for code, path in codes.items():  # the first command of each on a grown copy with nothing beside it
+            for name, argv in COMMANDS:
+                folder = Path(shutil.copytree(grown, tmp_path / "cold"))
+                cold[(code, name)] = measured([sys.executable, "-m", "lengthx.cli", *argv(folder)], tmp_path,
+                                              {**env, "PYTHONPATH": path}, name.startswith("run"))
+                shutil.rmtree(folder)
+        for round_ in range(args.rounds + 1):  # the first round leaves each command's files and is not counted
             for code, path in codes.items():
                 for name, argv in COMMANDS:
-                    for size, folder in sizes.items():
-                        seconds = timed([sys.executable, "-m", "lengthx.cli", *argv(folder)], tmp_path,
-                                        {**env, "PYTHONPATH": path}, 0)
-                        times.setdefault((code, name, size), []).append(seconds)
+                    for size in ("committed", "grown"):
+                        took = measured([sys.executable, "-m", "lengthx.cli", *argv(folders[(code, size)])],
+                                        tmp_path, {**env, "PYTHONPATH": path}, name.startswith("run"))
+                        if round_:
+                            times.setdefault((code, name, size), []).append(took)
     lines = [f"# Reading results.csv at {args.rows:,} rows", "",
-             f"`python scripts/bench_results_scale.py` (rounds: {args.rounds}; one thread; median seconds).", "",
-             "| code | command | committed | grown | ratio |", "|---|---|---|---|---|"]
-    small, big = list(sizes)
+             f"`python scripts/bench_results_scale.py{' --compare-commit ' + args.compare_commit if args.compare_commit else ''}` "
+             f"(rounds: {args.rounds}, after one not counted; one thread; medians; CPU = user + system seconds of "
+             "the process, its time on one core).", "",
+             "| code | command | committed CPU | grown CPU | ratio | committed wall | grown wall | grown, cold: CPU / wall |",
+             "|---|---|---|---|---|---|---|---|"]
     for code in codes:
         for name, _ in COMMANDS:
-            a, b = (statistics.median(times[(code, name, s)]) for s in (small, big))
-            lines.append(f"| {code} | {name} | {a:.1f} s | {b:.1f} s | {b / a:.1f}x |")
+            (cpu_a, wall_a), (cpu_b, wall_b) = (
+                (statistics.median(t[0] for t in times[(code, name, s)]),
+                 statistics.median(t[1] for t in times[(code, name, s)])) for s in ("committed", "grown"))
+            cc, cw = cold[(code, name)]
+            lines.append(f"| {code} | {name} | {cpu_a:.1f} s | {cpu_b:.1f} s | {cpu_b / cpu_a:.1f}x | {wall_a:.1f} s "
+                         f"| {wall_b:.1f} s | {cc:.1f} s / {cw:.1f} s |")
     Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
 

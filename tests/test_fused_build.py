@@ -176,3 +176,66 @@ def test_the_operator_refuses_other_dtypes_and_strides():
     t["w"] = torch.empty(2, 2, 80)[..., ::2]
     with pytest.raises(RuntimeError, match="w_out is not contiguous"):
         _call(t)
+
+
+# A stand-in for the C++ compiler: it logs each call and "compiles" by copying the kernel already built on this
+# machine (every link writes it as the library asked for), so a build takes a moment instead of a real compile;
+# calls that build nothing (torch asks for the compiler's version) go to the real one.
+FAKE_COMPILER = """#!/bin/sh
+out=""; prev=""
+for arg in "$@"; do [ "$prev" = "-o" ] && out="$arg"; prev="$arg"; done
+[ -z "$out" ] && exec c++ "$@"
+echo "$*" >> "{calls}"
+case "$out" in
+  *.so) cp "{library}" "$out" ;;
+  *) : > "$out"; printf '%s:\\n' "$out" > "$out.d" ;;
+esac
+"""
+LOAD_LOGGED = "import logging; logging.basicConfig(level=logging.INFO, format='%(message)s'); " + LOAD
+
+
+def _second_venv(tmp_path: Path) -> Path:
+    """Another virtual environment with the same torch build at another path (its own ``site-packages/torch``, a
+    link to this one's), as a second venv of a lab's machine has; returns its python."""
+    import sysconfig
+
+    venv = tmp_path / "venv-b"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    (site,) = venv.glob("lib/python*/site-packages")
+    (site / "torch").symlink_to(Path(torch.__file__).parent, target_is_directory=True)
+    (site / "this-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
+    return venv / "bin" / "python"
+
+
+@needs_kernel
+def test_one_compile_is_shared_by_venvs_and_announced_once(tmp_path):
+    """Two virtual environments with the same torch build share torch's extension cache: the first compiles the
+    kernel, saying so in one line before it starts; the second loads that library, compiling nothing and saying
+    nothing about a compile. Before, each venv's torch wrote its own paths into the build's commands, so every
+    venv recompiled in turn, without a word."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    name = fused.extension_name(fused.SOURCE.read_bytes(), fused._capability())
+    library = Path(_get_build_directory(name, verbose=False)) / f"{name}.so"
+    calls = tmp_path / "compiler-calls.txt"
+    compiler = tmp_path / "c++"
+    compiler.write_text(FAKE_COMPILER.format(calls=calls, library=library))
+    compiler.chmod(0o755)
+    python_b = _second_venv(tmp_path)
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_EXTENSIONS_DIR": str(tmp_path / "extensions"),
+           "CXX": str(compiler), "PYTHONPATH": root,
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    stderr = {}
+    for venv, python in (("a", sys.executable), ("b", str(python_b))):
+        proc = subprocess.run([python, "-c", LOAD_LOGGED + "; import torch; print('TORCH', torch.__file__)"],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0 and "KERNEL True" in proc.stdout, proc.stderr[-3000:]
+        stderr[venv] = proc.stderr
+        if venv == "b":  # the second venv's torch is at its own path
+            assert f"TORCH {python_b.parents[1]}" in proc.stdout, proc.stdout
+    announced = [ln for ln in stderr["a"].splitlines() if "compiling the fused statistics kernel" in ln]
+    assert len(announced) == 1, stderr["a"][-3000:]
+    assert "compiling" not in stderr["b"], stderr["b"][-3000:]
+    compiles = [ln for ln in calls.read_text().splitlines() if " -c " in f" {ln} "]
+    assert len(compiles) == 1, calls.read_text()

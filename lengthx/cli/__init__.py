@@ -16,7 +16,14 @@ import sys
 from pathlib import Path
 
 from lengthx.cli.common import dry_run_job, hydra_command, hydra_entry, reported
-from lengthx.cli.run import calibrate_command, check_calibrate, plan_command, run_command, stats_command
+from lengthx.cli.run import (
+    calibrate_command,
+    check_calibrate,
+    finished_run,
+    plan_command,
+    run_command,
+    stats_command,
+)
 from lengthx.config import CONF_DIR, GROUPS, choices, register_resolvers
 from lengthx.errors import UsageError, raise_terminated
 
@@ -150,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     with reported():
         if cmd == "run":
-            hydra_command(run_command, rest, "lengthx run", dry_run_fn=dry_run_job)
+            hydra_command(run_command, rest, "lengthx run", dry_run_fn=dry_run_job, finished=finished_run)
         elif cmd == "plan":
             plan_command(rest)
         elif cmd == "calibrate":

@@ -84,11 +84,13 @@ HYDRA_INSPECT_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", 
 
 
 def validate_jobs(argv: list[str], environment: bool = True,
-                  check: Callable[[DictConfig], None] | None = None) -> list[Any]:
+                  check: Callable[[DictConfig], None] | None = None,
+                  finished: Callable[[DictConfig], bool] | None = None) -> list[Any] | None:
     """Validate the config of every job ``argv`` starts (each job of a ``-m`` sweep) before Hydra starts one:
     values (:func:`lengthx.cli.validate.validate_run_config`), the command's own ``check`` and, with
     ``environment``, ``results_dir`` and ``model.path``. Raises the first problem as one line naming the key
-    (or file) and the fix; returns the jobs' configs."""
+    (or file) and the fix; returns the jobs' configs, or None when ``finished`` says that the one job of a run
+    (not a ``-m`` sweep) has nothing to do once its values hold (it has said so; nothing more is checked)."""
     from lengthx.cli.validate import check_override_values
 
     if any(a in HYDRA_INSPECT_FLAGS for a in argv):
@@ -112,6 +114,9 @@ def validate_jobs(argv: list[str], environment: bool = True,
         validate_run_config(configs[-1], environment=False)
         if check is not None:
             check(configs[-1])
+    if finished is not None and len(configs) == 1 and "-m" not in argv and "--multirun" not in argv \
+            and finished(configs[0]):
+        return None
     os.environ["LENGTHX_SWEEP_JOBS"] = str(len(jobs))  # the sweep's estimate after its first cell (core.sweep)
     checked: set[str] = set()
     for cfg in configs if environment else []:
@@ -120,15 +125,19 @@ def validate_jobs(argv: list[str], environment: bool = True,
 
 
 def hydra_entry(task_fn: Callable[[DictConfig], None], argv: list[str], prog: str,
-                environment: bool = True, check: Callable[[DictConfig], None] | None = None) -> None:
+                environment: bool = True, check: Callable[[DictConfig], None] | None = None,
+                finished: Callable[[DictConfig], bool] | None = None) -> None:
     """Run ``task_fn(cfg)`` under Hydra with ``argv`` as overrides (so -m and launchers work), once every job's
     config is validated (``check``: the command's own rule; ``environment``: its results directory and model
-    directory too)."""
+    directory too). ``finished``: answers a run that has nothing to do before any of that loads
+    (:func:`validate_jobs`); Hydra is not started for it."""
     check_overrides(argv)
     check_launcher(argv)
     check_output_env(RESULTS_ENV, RUNS_ENV)  # before Hydra: it writes its record under results_dir
     register_resolvers()
-    configs = validate_jobs(argv, environment, check)
+    configs = validate_jobs(argv, environment, check, finished)
+    if configs is None:
+        return
     import hydra
 
     from lengthx.core.store import StoreError
@@ -159,7 +168,8 @@ DRY_RUN_CELLS: list[tuple[str, str]] = []  # (experiment, cell key) listed by th
 
 
 def hydra_command(task_fn: Callable[[DictConfig], None], argv: list[str], prog: str,
-                  dry_run_fn: Callable[[DictConfig], None] | None = None) -> None:
+                  dry_run_fn: Callable[[DictConfig], None] | None = None,
+                  finished: Callable[[DictConfig], bool] | None = None) -> None:
     """``hydra_entry``, or with ``--dry-run`` in ``argv``: ``dry_run_fn`` in every job of the (multi)run.
 
     A dry run lists cells and loads no model; Hydra's output goes to a temporary directory that is removed
@@ -168,7 +178,7 @@ def hydra_command(task_fn: Callable[[DictConfig], None], argv: list[str], prog: 
     import tempfile
 
     if "--dry-run" not in argv:
-        hydra_entry(task_fn, argv, prog)
+        hydra_entry(task_fn, argv, prog, finished=finished)
         return
     if dry_run_fn is None:
         raise UsageError(f"{prog} has no --dry-run")

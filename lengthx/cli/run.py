@@ -91,6 +91,38 @@ def run_command(cfg: DictConfig) -> None:
         print(summary_line(s))
 
 
+# how a log line of a run reads: Hydra's default job logging (hydra/conf/hydra/job_logging/default.yaml)
+HYDRA_LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+
+
+def finished_run(cfg: DictConfig) -> bool:
+    """Answer a run whose every cell is already done, as the run would (a skip line per cell, then the summary),
+    from the cell hashes an earlier run of the same inputs kept (:mod:`lengthx.core.done_memo`), without loading
+    a model, a tokenizer or the task's data; False (nothing printed) when the run must take the full path."""
+    import logging
+
+    from lengthx.core.cells import experiment_skip_reason
+    from lengthx.core.done_memo import finished_cells
+
+    if experiment_skip_reason(cfg):
+        return False
+    cells = finished_cells(cfg)
+    if cells is None:
+        return False
+    from lengthx.core.length_limits import far_settings
+    from lengthx.tasks import resolve_settings
+
+    form = logging.Formatter(HYDRA_LOG_FORMAT)
+    warning = far_settings(cfg, resolve_settings(cfg.task, cfg.profile.name, int(cfg.model.l_tr)))
+    lines = [(logging.WARNING, warning)] if warning else []  # as the full path warns before its cells
+    lines += [(logging.INFO, f"skip finished cell {cell}") for cell in cells]
+    for level, message in lines:
+        print(form.format(logging.LogRecord("lengthx", level, __file__, 0, "%s", (message,), None)))
+    for cell in cells:
+        print(summary_line({"cell": cell, "status": "done"}))
+    return True
+
+
 def summary_line(s: dict) -> str:
     """One cell of a run's summary: its key, status, and the first metric with τ and the example count."""
     if "metric" not in s:

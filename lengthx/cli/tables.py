@@ -22,7 +22,7 @@ def tables_main(argv: list[str]) -> None:
     p.add_argument("--format", choices=["latex", "markdown", "both"], default="both")
     p.add_argument("--compare-paper", action="store_true", help="show the published value beside ours")
     p.add_argument("--summary", action="store_true",
-                   help="print one compact table of the cells present (setting × method, with τ); write nothing")
+                   help="print one compact table of the cells present (setting × method, with τ); write no table")
     args = p.parse_args(argv)
     check_results_dir_argument(args.results_dir)
     # after the arguments: --help and their errors answer at once

@@ -22,9 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from lengthx.alignment.algorithm1 import PAPER_TAU_MIN
 from lengthx.config import portable
-from lengthx.models.loading import model_fingerprint
 from lengthx.tasks import TASKS, Setting, resolve_settings
 
 log = logging.getLogger("lengthx")
@@ -54,6 +52,8 @@ class Cell:
 
 def method_id(method_cfg: Any) -> str:
     """A method's name in results: ``fixed`` carries its τ, a non-default scope/search is appended."""
+    from lengthx.alignment.algorithm1 import PAPER_TAU_MIN  # here: listing cells needs no torch
+
     name = method_cfg.name
     if name == "fixed":
         name = f"fixed-{float(method_cfg.tau):g}"
@@ -93,6 +93,8 @@ def model_identity(model_cfg: Any) -> dict[str, Any]:
 def config_hash(cfg: DictConfig, setting: Setting) -> str:
     """Hash of everything in the config that decides a cell's numbers (not the results directory, the device,
     where the checkpoint lies, or where the checkout lies: :func:`portable`)."""
+    from lengthx.alignment.algorithm1 import PAPER_TAU_MIN
+
     relevant = {
         "model": model_identity(cfg.model),
         "method": {k: v for k, v in OmegaConf.to_container(cfg.method, resolve=True).items()
@@ -118,6 +120,8 @@ def cell_hash(cfg: DictConfig, setting: Setting, fingerprint: str | None = None,
     starts its cells afresh instead of counting its predecessor's as done, and the same checkpoint at another
     path counts them done. ``behaviour`` defaults to :func:`task_behaviour` with the model's tokenizer."""
     if fingerprint is None:
+        from lengthx.models.loading import model_fingerprint
+
         fingerprint = model_fingerprint(cfg.model.get("path"))
     if behaviour is None:
         from lengthx.models.loading import load_tokenizer

@@ -28,19 +28,29 @@ def setting_tokens(runner: Any, setting: Any) -> int:
     return tokens
 
 
+def far_settings(cfg: Any, settings: list[Any]) -> str | None:
+    """The warning for explicit ``task.settings`` values in tokens more than :data:`FAR_RATIO` times
+    ``model.l_tr`` (perhaps meant in the paper's unit), or None."""
+    l_tr = int(cfg.model.l_tr)
+    if cfg.task.get("settings") is None:
+        return None
+    far = [s for s in settings if s.unit == "tokens" and s.value > FAR_RATIO * l_tr]
+    if not far:
+        return None
+    shown = ", ".join(f"{s.value} tokens = {s.value / l_tr:.0f}x" for s in far)
+    return (f"lengthx: task.settings: {shown} model.l_tr ({l_tr} tokens); the papers reach about 29x L_tr. If you "
+            f"meant the paper's characters of filler (or lines, topics), add task.unit="
+            f"{cfg.task.get('paper_unit') or 'chars'}")
+
+
 def check_lengths(runner: Any) -> None:
     """Raise :class:`UsageError` when a setting of ``runner`` (a :class:`lengthx.core.runner.Runner`) does not fit
     the model's positions (:mod:`lengthx.models.limits`); warn once when an explicit ``task.settings`` value in
     tokens is more than :data:`FAR_RATIO` times ``model.l_tr``."""
     cfg = runner.cfg
-    l_tr = int(cfg.model.l_tr)
-    if cfg.task.get("settings") is not None:
-        far = [s for s in runner.settings() if s.unit == "tokens" and s.value > FAR_RATIO * l_tr]
-        if far:
-            shown = ", ".join(f"{s.value} tokens = {s.value / l_tr:.0f}x" for s in far)
-            log.warning("lengthx: task.settings: %s model.l_tr (%d tokens); the papers reach about 29x L_tr. If you "
-                        "meant the paper's characters of filler (or lines, topics), add task.unit=%s", shown, l_tr,
-                        cfg.task.get("paper_unit") or "chars")
+    warning = far_settings(cfg, runner.settings())
+    if warning is not None:
+        log.warning("%s", warning)
     limit = configured_position_limit(cfg.model)
     if limit is None:
         return

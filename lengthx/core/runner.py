@@ -8,6 +8,7 @@ records (docs/results.md).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -30,10 +31,12 @@ from lengthx.alignment.propositions import RULE_METHODS, closed_form_temperature
 from lengthx.attention.scaling import ROW_RULES, RowScale
 from lengthx.attention.temperature import clear_temperature, set_temperature
 from lengthx.core.cells import RUNNABLE_METHODS, Cell, cell_hash, method_id, model_identity, task_behaviour
+from lengthx.core.done_memo import remember
 from lengthx.core.length_limits import check_lengths
 from lengthx.core.store import (
     SHORT_OF_TARGET,
     ResultsStore,
+    StoreError,
     read_json,
     safe_name,
     temperature_problem,
@@ -186,9 +189,18 @@ class Runner:
 
     def run(self) -> list[dict[str, Any]]:
         """Run all settings (:func:`lengthx.core.sweep.sweep`) once their lengths are known to fit the model
-        (:func:`lengthx.core.length_limits.check_lengths`); returns a summary per cell."""
+        (:func:`lengthx.core.length_limits.check_lengths`); returns a summary per cell. The cells' hashes are kept
+        for the next run of the same inputs (:mod:`lengthx.core.done_memo`), and rows written are read back once,
+        so that run finds ``results.csv`` parsed (:mod:`lengthx.core.store_sidecar`)."""
         check_lengths(self)
-        return sweep(self.store, self)
+        cells = self.cells()
+        remember(self.cfg, [(c.key, h) for c, h in cells], self.cell_metrics, self.num_examples(),
+                 [self.data_source(c.setting) for c, _ in cells])  # the next run of these inputs: done_memo
+        summary = sweep(self.store, self)
+        if any(s["status"] != "done" for s in summary):
+            with contextlib.suppress(StoreError):  # the rows just written, parsed once for the next reader
+                self.store.read()
+        return summary
 
     # ---- the sweep's view of this run (lengthx.core.sweep.CellJob) -----------------------------------------
     @property

@@ -43,7 +43,14 @@ import pandas as pd
 from filelock import FileLock
 
 from lengthx.core.provenance import git_commit, now, versions
-from lengthx.core.store_cache import cached_frame, fast_frame, file_version, keep_frame
+from lengthx.core.store_cache import (
+    cached_frame,
+    cached_records,
+    fast_frame,
+    file_version,
+    keep_frame,
+    keep_records,
+)
 from lengthx.core.store_duplicates import conflicting_lines
 from lengthx.core.store_files import (
     StoreError,
@@ -82,6 +89,7 @@ from lengthx.core.store_schema import (
     row_problem,
     temperature_problem,
 )
+from lengthx.core.store_sidecar import data_digest, load_copy, save_copy
 
 __all__ = [
     "BOM", "COLUMNS", "HEADER", "LEGACY_COLUMNS", "NUMERIC_COLUMNS", "SHORT_OF_TARGET", "STATUSES", "STORE_FOLDERS",
@@ -195,6 +203,11 @@ class ResultsStore:
         data = data[: data.rfind(b"\n") + 1]  # a row being written (or torn) is not a row yet
         if not data:
             return pd.DataFrame(columns=COLUMNS)
+        digest = data_digest(data)
+        copy = load_copy(self.root, digest)  # parsed and checked by an earlier process, the same bytes since
+        if copy is not None:
+            keep_frame(self.csv_path.resolve(), version, copy)
+            return copy
         problem = csv_problem(data)
         if problem is not None:
             line, what = problem
@@ -212,6 +225,7 @@ class ResultsStore:
             if fast is not None:
                 fast["data"] = fast["data"].fillna("")
                 keep_frame(self.csv_path.resolve(), version, fast)
+                save_copy(self.root, digest, fast)
                 return fast
         rows, bad = parse_rows(text)
         if bad:
@@ -229,10 +243,12 @@ class ResultsStore:
         df["data"] = df["data"].fillna("")  # "" = unknown: a row written before rows named their data
         if not bad:  # a file with rows left out warns at every read until a run sets them aside
             keep_frame(self.csv_path.resolve(), version, df)
+            save_copy(self.root, digest, df)
         return df
 
     @staticmethod
-    def _done(df: pd.DataFrame, cell: str, config_hash: str, metrics: Iterable[str] | None, n: int | None) -> bool:
+    def done_in(df: pd.DataFrame, cell: str, config_hash: str, metrics: Iterable[str] | None, n: int | None) -> bool:
+        """Whether the rows ``df`` hold ``cell`` done under ``config_hash`` (:meth:`is_done`)."""
         if df.empty:
             return False
         hit = df[(df["cell"] == cell) & (df["config_hash"] == config_hash) & (df["status"] == "ok")]
@@ -242,11 +258,24 @@ class ResultsStore:
             return not hit.empty
         return set(metrics) <= set(hit["metric"])
 
+    def sound_rows(self) -> pd.DataFrame | None:
+        """The rows, when the file is whole and the parsed copy beside it (:mod:`lengthx.core.store_sidecar`) is of
+        its bytes: every row was sound when it was last read in full. None otherwise (no file, a torn last row, a
+        row to set aside): the caller takes the path that checks and repairs (:meth:`check`)."""
+        refuse_link(self.csv_path)
+        try:
+            data = self.csv_path.read_bytes()
+        except OSError:
+            return None
+        if not data.endswith(b"\n"):
+            return None
+        return load_copy(self.root, data_digest(data))
+
     def is_done(self, cell: str, config_hash: str, metrics: Iterable[str] | None = None, n: int | None = None) -> bool:
         """Whether ``ok`` rows exist for this cell under this configuration: one per metric of ``metrics`` when
         given, so a cell whose rows were cut short is not done; with ``n``, rows of at least ``n`` examples (a
         finished larger run counts: its first ``n`` examples are the ones asked for)."""
-        return self._done(self.read(), cell, config_hash, metrics, n)
+        return self.done_in(self.read(), cell, config_hash, metrics, n)
 
     def append_rows(self, rows: Iterable[dict[str, Any]], cell: str, config_hash: str) -> bool:
         """Write a cell's rows atomically; returns False (and writes nothing) if the cell is already done with at
@@ -268,7 +297,7 @@ class ResultsStore:
             existing = self.read()
             ok_metrics = {r["metric"] for r in rows if r["status"] == "ok"}
             n = max((int(r.get("n") or 0) for r in rows if r["status"] == "ok"), default=None)
-            if ok_metrics and self._done(existing, cell, config_hash, ok_metrics, n):
+            if ok_metrics and self.done_in(existing, cell, config_hash, ok_metrics, n):
                 return False
             upgrade_header(self.csv_path)
             buf = io.StringIO()
@@ -330,6 +359,12 @@ class ResultsStore:
         is a symbolic link is refused."""
         path = self.records_path(cell)
         refuse_link(path)
+        version = None if repair else file_version(path)
+        if version is None and not repair:
+            return {}
+        kept = cached_records(path.resolve(), version)  # read already in this process, unchanged since
+        if kept is not None:
+            return kept
         if not path.exists():
             return {}
         with self.lock if repair else contextlib.nullcontext():
@@ -349,6 +384,7 @@ class ResultsStore:
                 if number not in conflicts:
                     out[rec["id"]] = rec  # an id recomputed under a new configuration: its first place, last record
             if not bad:
+                keep_records(path.resolve(), version, out)
                 return out
             where = "skipped; the next lengthx run recomputes its example"
             if repair:

@@ -3,7 +3,9 @@ C parser when every row is sound (:func:`fast_frame`), and parsed once per file 
 each of its cells is done, and the tables read the file for every table, so the file would otherwise be parsed
 and checked again each time. A parsed frame is kept per path with the file's identity (inode, size,
 modification time in nanoseconds); any write lengthx makes changes one of them (an append the size, a rewrite
-by rename the inode), and then the file is read again."""
+by rename the inode), and then the file is read again. A records file (``records/<cell>.jsonl``) read without
+a repair is kept the same way (:func:`cached_records`): the tables read one cell's records for every table
+that shows it."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 _FRAMES: dict[Path, tuple[tuple[int, int, int], Any]] = {}
+_RECORDS: dict[Path, tuple[tuple[int, int, int], dict[str, Any]]] = {}
 
 
 def file_version(path: Path) -> tuple[int, int, int] | None:
@@ -47,6 +50,20 @@ def keep_frame(path: Path, version: tuple[int, int, int] | None, frame: Any) -> 
     """Keep ``frame`` (a copy) as what ``path`` holds at ``version``."""
     if version is not None:
         _FRAMES[path] = (version, frame.copy())
+
+
+def cached_records(path: Path, version: tuple[int, int, int] | None) -> dict[str, Any] | None:
+    """The records (by example id) kept for ``path`` at ``version`` (a new dict of the same records), or None."""
+    kept = _RECORDS.get(path)
+    if version is None or kept is None or kept[0] != version:
+        return None
+    return dict(kept[1])
+
+
+def keep_records(path: Path, version: tuple[int, int, int] | None, records: dict[str, Any]) -> None:
+    """Keep ``records`` (every line of the file was a sound record) as what ``path`` holds at ``version``."""
+    if version is not None:
+        _RECORDS[path] = (version, dict(records))
 
 
 # what Python's float() may read that pandas' to_numeric does not

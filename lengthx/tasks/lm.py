@@ -32,8 +32,6 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from lengthx.data.corpora import stdlib_split
 from lengthx.data.fitting import (
     chars_per_token,
@@ -47,6 +45,7 @@ from lengthx.data.provenance import file_label, hub_label, stdlib_label
 from lengthx.tasks.base import Example, Setting, hub_problem, missing_path
 
 if TYPE_CHECKING:
+    import torch
     from transformers import PreTrainedTokenizerBase
 
 PG19 = "deepmind/pg19"
@@ -226,6 +225,8 @@ class LMTask:
         return out
 
     def _evaluate_batch(self, loaded: Any, batch: list[Example]) -> list[dict[str, float]]:
+        import torch  # here, not at import: reading results (lengthx tables) needs the task classes, not torch
+
         tok, model, device = loaded.tokenizer, loaded.model, loaded.device
         pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
         prompts = [tok(e.prompt, add_special_tokens=True)["input_ids"] for e in batch]
@@ -265,6 +266,8 @@ class LMTask:
 
 def _pad(seqs: list[list[int]], value: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad id lists to a (B, T) tensor, with the (B, T) attention mask."""
+    import torch
+
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), value, dtype=torch.long)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)

@@ -22,11 +22,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from lengthx.tasks.base import Setting
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger("lengthx")
 
@@ -60,13 +61,21 @@ def resolve_settings(task_cfg: Any, l_t: int) -> list[Setting]:
 
 
 # ---- scoring --------------------------------------------------------------------------------------------
-@torch.no_grad()
 def sequence_nll(model: torch.nn.Module, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed next-token NLL and number of predictions of each row of ``input_ids`` (B, L), no window.
 
     The body runs once over the whole sequence (positions 0…L−1, an all-ones mask); logits are formed
     ``LOGIT_BLOCK`` rows at a time in fp32 so a long sequence with a large vocabulary fits in memory.
     """
+    import torch  # here, not at import: reading results (lengthx tables) needs the task classes, not torch
+
+    with torch.no_grad():
+        return _sequence_nll(model, input_ids)
+
+
+def _sequence_nll(model: torch.nn.Module, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
     from lengthx.models.families import base_model
 
     body, head = base_model(model), model.get_output_embeddings()
@@ -120,6 +129,8 @@ class SegmentedPPLTask:
         ⌊ref_length / length⌋ consecutive ``length``-token sequences, so perplexities at different lengths
         differ only by context and position, not by which files happen to be long enough.
         """
+        import torch
+
         from lengthx.data.pieces import piece_dataset
 
         if self.ref_length and self.ref_length > length:
@@ -146,6 +157,8 @@ class SegmentedPPLTask:
 
 
 def _token_hash(ids: torch.Tensor) -> str:
+    import torch
+
     return hashlib.sha256(ids.to(torch.int64).cpu().numpy().tobytes()).hexdigest()[:16]
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from statistics import NormalDist
 
 import numpy as np
@@ -156,7 +157,13 @@ def is_right_or_wrong(values: Sequence[float]) -> bool:
 
 
 def mean_ci(values: Sequence[float]) -> tuple[float, float]:
-    """A cell's interval: Wilson (in %) for right/wrong scores, else the bootstrap of the mean."""
+    """A cell's interval: Wilson (in %) for right/wrong scores, else the bootstrap of the mean (the same scores
+    give the same interval: it is computed once per process, however many tables show the cell)."""
+    return _mean_ci(tuple(float(v) for v in values))
+
+
+@lru_cache(maxsize=8192)
+def _mean_ci(values: tuple[float, ...]) -> tuple[float, float]:
     if len(values) and is_right_or_wrong(values):
         lo, hi = wilson_ci(sum(v == 100.0 for v in values), len(values))
         return 100 * lo, 100 * hi
@@ -164,7 +171,13 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float]:
 
 
 def difference_ci(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
-    """A paired difference's interval: Newcombe's (in % points) for right/wrong scores, else the bootstrap."""
+    """A paired difference's interval: Newcombe's (in % points) for right/wrong scores, else the bootstrap (once
+    per process for the same pairs, like :func:`mean_ci`)."""
+    return _difference_ci(tuple(float(v) for v in a), tuple(float(v) for v in b))
+
+
+@lru_cache(maxsize=8192)
+def _difference_ci(a: tuple[float, ...], b: tuple[float, ...]) -> tuple[float, float, float]:
     if len(a) and is_right_or_wrong(a) and is_right_or_wrong(b):
         diff, lo, hi = newcombe_paired_ci([v == 100.0 for v in a], [v == 100.0 for v in b])
         return 100 * diff, 100 * lo, 100 * hi

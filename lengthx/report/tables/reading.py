@@ -35,7 +35,7 @@ def readings(store: ResultsStore, df: pd.DataFrame, baseline: str = "none") -> l
     ok = ok[ok["method"] != "stats"]
     first_metric = ok.groupby("task", sort=False)["metric"].first()
     ok = ok[ok["metric"] == ok["task"].map(first_metric)]
-    intervals = table_intervals(store, ok, set(ok["task"]), set(ok["metric"]), baseline)
+    intervals = table_intervals(store, _readable(ok, baseline), set(ok["task"]), set(ok["metric"]), baseline)
     lines = []
     for (model, task, setting), group in ok.groupby(["model", "task", "setting"], sort=False):
         metric = first_metric[task]
@@ -67,6 +67,20 @@ def readings(store: ResultsStore, df: pd.DataFrame, baseline: str = "none") -> l
                         f"Δ {c.delta:+.3g} [{c.delta_low:+.3g}, {c.delta_high:+.3g}]"))
         lines.append(text)
     return lines
+
+
+def _readable(ok: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """The rows a reading can show, whose intervals are drawn (only these records are read): every row of a
+    (model, task, setting) that has the baseline and another method, and the baseline's rows of the same model
+    and task (its value at L_tr)."""
+    group = [ok[c] for c in ("model", "task", "setting")]
+    is_base = ok["method"] == baseline
+    bases = is_base.groupby(group, sort=False, dropna=False).transform("sum")
+    methods = is_base.groupby(group, sort=False, dropna=False).transform("size")
+    read = (bases > 0) & (methods > bases)
+    pairs = set(zip(ok.loc[read, "model"], ok.loc[read, "task"], strict=True))
+    of_pair = pd.Series([(m, t) in pairs for m, t in zip(ok["model"], ok["task"], strict=True)], index=ok.index)
+    return ok[read | (is_base & of_pair)]
 
 
 def _count(setting: object) -> str:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import math
+import weakref
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import pandas as pd
@@ -29,6 +31,12 @@ log = logging.getLogger("lengthx")
 def model_info() -> dict[str, dict[str, str]]:
     """Display name, paper role and PE of every configured model (not ``model=hf``'s entry: an own checkpoint
     is named by its rows, docs/design.md §4)."""
+    return {name: dict(meta) for name, meta in _model_info().items()}
+
+
+@lru_cache(maxsize=1)
+def _model_info() -> dict[str, dict[str, str]]:
+    """:func:`model_info`, read from the config files once per process (every table reads it)."""
     out = {}
     for path in sorted((CONF_DIR / "model").glob("*.yaml")):
         raw = OmegaConf.load(path)
@@ -62,9 +70,27 @@ def latest_ok(df: pd.DataFrame) -> pd.DataFrame:
 
     "Newest" is the order rows were appended to ``results.csv`` (a recomputed cell's rows move to its end,
     docs/results.md), the order of ``df``, never the ``timestamp`` column: a row written on a machine whose
-    clock ran ahead does not win over every later one. Rows dated in the future are named in a warning."""
+    clock ran ahead does not win over every later one. Rows dated in the future are named in a warning.
+
+    The answer for a frame is kept while the frame lives (every table of ``lengthx tables`` asks it of the same
+    rows); each call gets a copy of its own."""
     if df.empty:
         return df
+    kept = _LATEST.get(id(df))
+    if kept is not None and kept[0]() is df and kept[1] == df.shape:
+        return kept[2].copy()
+    out, key = _latest_ok(df), id(df)
+    try:
+        _LATEST[key] = (weakref.ref(df, lambda _: _LATEST.pop(key, None)), df.shape, out.copy())
+    except TypeError:  # a frame that cannot be referenced weakly is not kept
+        pass
+    return out
+
+
+_LATEST: dict[int, tuple[weakref.ref, tuple[int, int], pd.DataFrame]] = {}
+
+
+def _latest_ok(df: pd.DataFrame) -> pd.DataFrame:
     ok = df[df["status"] == "ok"].copy()
     ok["value"] = pd.to_numeric(ok["value"], errors="coerce")
     warn_future_rows(ok)

@@ -46,7 +46,7 @@ def summary_markdown(df: pd.DataFrame, current: str | None = None) -> str:
         return "(no finished cell)"
     first_metric = df[df["status"] == "ok"].groupby("task", sort=False)["metric"].first()
     ok = ok[ok["metric"] == ok["task"].map(first_metric)]
-    order = {cell: k for k, cell in enumerate(dict.fromkeys(df["cell"]))}
+    order = {cell: k for k, cell in enumerate(dict.fromkeys(df["cell"].unique()))}
     ok = ok.assign(_order=ok["cell"].map(order)).sort_values("_order", kind="stable")
     ok["tau"] = pd.to_numeric(ok["tau"], errors="coerce")
     methods = list(dict.fromkeys(ok["method"]))
