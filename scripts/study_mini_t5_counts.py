@@ -335,7 +335,9 @@ def headline(summaries: list[dict[str, Any]]) -> str:
            f"n = 60 per cell; Δ: paired difference to τ = 1 on the same examples, 95% Newcombe interval (✓/✗: it "
            f"excludes 0); `vs L_tr`: τ = 1's paired change against L_tr; τ in parentheses, {UNALIGNED_MARK} where "
            "Algorithm 1 stopped at its grid's end short of S̄_tr(1); `≥0.2 (ext.)`: bisection on the grid extended to "
-           f"0.2, beyond the paper; `↳ seed {REPLICATION_SEED}`: the same cell on 60 examples the study never used.",
+           f"0.2, beyond the paper, never replicated (a description, not a finding); `↳ seed {REPLICATION_SEED}`: the "
+           "same cell on 60 examples the study never used, where a rule's difference excluded 0 (a – where that rule's "
+           "was not re-measured).",
            ""]
     for names, text in groups.values():
         out += [text, "", head, rule]
