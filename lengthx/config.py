@@ -199,3 +199,12 @@ def is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def examples_per_setting(cfg: Any) -> int | None:
+    """A run's examples per setting: ``task.num_examples``, else the profile's count, else the paper's; ``None``
+    when none is set."""
+    for n in (cfg.task.get("num_examples"), cfg.profile.get("num_examples"), cfg.task.get("paper_num_examples")):
+        if n is not None:
+            return int(n)
+    return None

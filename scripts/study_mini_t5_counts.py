@@ -245,9 +245,7 @@ def variant_table(title: str, cells: dict[str, Any], card: float | None = None, 
            + " | ".join(f"{NAMES[m]} (τ) | Δ" for m in rules) + " |", "|" + "---|" * (5 + 2 * len(rules))]
     for cell in cells.values():
         ms = cell["methods"]
-        held = "–" if cell["topics"] is None else (f"{cell['topics'][0]}" if cell["topics"][0] == cell["topics"][1]
-                                                  else f"{cell['topics'][0]}-{cell['topics'][1]}")
-        parts = [f"{cell['L_ex'] / L_TR:.1f}", held, str(cell["n"]), _pct(ms["none"]), _delta(cell.get("vs_l_tr"))]
+        parts = [f"{cell['L_ex'] / L_TR:.1f}", _held(cell), str(cell["n"]), _pct(ms["none"]), _delta(cell.get("vs_l_tr"))]
         for m in rules:
             c = ms.get(m)
             parts += [f"{_pct(c)} ({_tau(c)})", _delta(c.get("delta"))] if c else ["–", "–"]

@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from lengthx.config import check_output_place
+from lengthx.config import check_output_place, examples_per_setting
 from lengthx.errors import UserError, one_line
 
 MAX_SETTING = 10_000_000  # the longest setting accepted, in task.unit (10M tokens is far past any model here)
@@ -326,9 +326,7 @@ def check_topic_counts(cfg: DictConfig) -> None:
 
     task = build_task(cfg.task, str(cfg.profile.name))
     tokenizer = load_tokenizer(cfg.model)
-    # the run's examples per setting, as the runner counts them (task's, else the profile's, else the paper's)
-    n = next((int(v) for v in (cfg.task.get("num_examples"), cfg.profile.get("num_examples"),
-                                cfg.task.get("paper_num_examples")) if v is not None), None)
+    n = examples_per_setting(cfg)  # as the runner counts them
     for s in resolve_settings(cfg.task, str(cfg.profile.name), int(cfg.model.l_tr)):
         problem = task.count_problem_at(tokenizer, s.value, None if n is None else (int(cfg.task.seed), n))
         if problem:

@@ -30,6 +30,7 @@ from lengthx.alignment.algorithm1 import (
 from lengthx.alignment.propositions import RULE_METHODS, closed_form_temperature, rule_temperature
 from lengthx.attention.scaling import ROW_RULES, RowScale
 from lengthx.attention.temperature import clear_temperature, set_temperature
+from lengthx.config import examples_per_setting
 from lengthx.core.cells import RUNNABLE_METHODS, Cell, cell_hash, method_id, model_identity, task_behaviour
 from lengthx.core.done_memo import remember
 from lengthx.core.length_limits import check_lengths
@@ -171,11 +172,10 @@ class Runner:
 
     def num_examples(self) -> int:
         """Examples per setting: ``task.num_examples``, else the profile's count, else the paper's."""
-        for n in (self.cfg.task.get("num_examples"), self.cfg.profile.get("num_examples"),
-                  self.cfg.task.get("paper_num_examples")):
-            if n is not None:
-                return int(n)
-        raise ValueError("no example count: set task.num_examples=N")
+        n = examples_per_setting(self.cfg)
+        if n is None:
+            raise ValueError("no example count: set task.num_examples=N")
+        return n
 
     def kept_examples(self) -> tuple[int, int]:
         """(examples whose records are on disk, examples of all settings) of this run, for an interrupted one."""
