@@ -104,3 +104,20 @@ def test_the_demo_slice_is_the_shipped_snapshots_largest_tau_1_fall_at_a_handled
     falls = {(kk, int(n)): cell["vs_l_tr"][0] for kk in (1, 3, 5)
              for n, cell in shipped["variants"][f"topics K={kk}"].items() if int(n) in (1024, 2560)}
     assert len(falls) == 6 and min(falls, key=falls.get) == (k, length)
+
+
+def test_pending_lists_each_positive_paper_rule_difference_not_yet_replicated():
+    """A paper rule whose Δ excludes 0 upwards past L_tr is owed a replication at task seed 7 until that rule is
+    measured there; L_tr, the extension, τ = 1 and unresolved or negative differences owe none."""
+    s = _script()
+
+    def cell(**deltas):
+        return {"methods": {"none": {}, **{m: {"delta": list(d)} for m, d in deltas.items()}}}
+
+    up, zero, down = (10.0, 2.0, 18.0), (3.0, -4.0, 9.0), (-9.0, -15.0, -1.0)
+    summary = {"snapshot": "seed0/step-03200", "variants": {
+        "topics K=3": {"256": cell(log=up), "2560": cell(log=up, pmax=zero, entropy=down, **{"pmax-bisect-min0.2": up}),
+                       "7424": cell(log=up, pmax=up, entropy=up)}},
+        "replication": {"topics K=3": {"7424": {"methods": {"none": {}, "log": {}}}}}}
+    assert s.pending([summary]) == ["seed0/step-03200:topicsK=3:2560:log", "seed0/step-03200:topicsK=3:7424:pmax",
+                                    "seed0/step-03200:topicsK=3:7424:entropy"]
