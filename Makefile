@@ -8,7 +8,7 @@ export TOKENIZERS_PARALLELISM := false
 # The suite runs in one process per core (pytest-xdist, at most 4), each test file in one of them, one thread each.
 PYTEST_PARALLEL ?= -n auto --maxprocesses 4 --dist loadfile
 
-.PHONY: gpu-study-carry install test test-fast demo bench gpu-wheels bench-gpu tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5 mini-t5-lm mini-t5-lm-study mini-t5-study mini-t5-counts-study lint clean
+.PHONY: gpu-study-carry install test test-fast test-triton demo bench gpu-wheels bench-gpu tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5 mini-t5-lm mini-t5-lm-study mini-t5-study mini-t5-counts-study lint clean
 
 install: $(VENV)/.installed
 
@@ -29,6 +29,13 @@ test: install
 test-fast: install
 	$(BIN)/lint-imports
 	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests -m "not slow" $(PYTEST_PARALLEL); rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
+
+# The Triton statistics kernel (attention.stats_backend=triton) in triton's CPU interpreter at small shapes
+# (docs/gpu.md): installs the gpu extra (triton) into the venv first; on a GPU the same files run compiled.
+test-triton: install
+	$(BIN)/pip install -q -e '.[gpu]'
+	TRITON_INTERPRET=1 HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests/test_triton_stats.py \
+		tests/test_bench_gpu_triton.py
 
 # The main job on a demo-sized slice: the Flan-T5 stand-in on LongEval topics (paper A, Table 4) in records of
 # exactly DEMO_K conversations, a count it handles at L_tr, at its training length and at DEMO_LENGTH tokens (10x

@@ -27,6 +27,11 @@ Paths of :meth:`RelativeBiasTable.attend` (all compute softmax((QKᵀ·scaling +
   faster than stock SDPA at the XXL shape, while ``sdpa`` over the view took 0.12-0.33x stock's time
   (``results/bench/gpu-stats.md``); head dimensions below 16 are refused (the kernel's minimum).
 
+Statistics on a GPU (``attention.stats_backend``): ``auto`` takes the paths above (on a GPU the explicit
+blocks); ``triton`` computes output, P_max and entropy in one flash-style pass over the table
+(:mod:`lengthx.attention.triton_stats`, any float dtype, padding masks), on CUDA only (or the CPU under
+``TRITON_INTERPRET=1``); it needs the ``triton`` package (the ``gpu`` extra).
+
 Hook (transformers 5.23): :func:`enable_efficient_t5` patches ``compute_bias`` of encoder block 0 only, so
 it returns a :class:`RelativeBiasTable` instead of the (1, H, L, L) tensor; that object travels through
 T5's ``position_bias`` argument to every encoder layer, and the one registered attention function
@@ -60,6 +65,7 @@ from lengthx.attention.tiled_softmax import (
 MODES = ("auto", "always", "never")
 FLEX_MIN_HEAD_DIM = 16  # FlexAttention's compiled kernel refuses smaller query/key/value head dimensions
 BACKENDS = ("auto", "sdpa", "explicit", "flex")
+STATS_BACKENDS = ("auto", "triton")  # attention.stats_backend: what computes statistics (docs/gpu.md)
 DEFAULT_MIN_LENGTH = 2048  # mode "auto": inputs longer than this use the efficient path
 SETTINGS_ATTR = "lengthx_efficient"  # on encoder block 0's attention module: an EfficientT5Settings
 
@@ -84,12 +90,15 @@ class EfficientT5Settings:
 
     ``mode``: ``auto`` = efficient for inputs longer than ``min_length`` tokens, stock below; ``always``;
     ``never``. ``backend``: ``auto`` (SDPA over the view, :func:`resolve_backend`), ``sdpa``, ``explicit``,
-    ``flex``. With statistics capture on, the explicit path is used whatever the backend.
+    ``flex``. With statistics capture on, the explicit path is used whatever the backend, unless
+    ``stats_backend`` is ``triton`` (config ``attention.stats_backend``): then the Triton kernel of
+    :mod:`lengthx.attention.triton_stats` computes output and statistics in one pass.
     """
 
     mode: str = "auto"
     min_length: int = DEFAULT_MIN_LENGTH
     backend: str = "auto"
+    stats_backend: str = "auto"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -98,6 +107,9 @@ class EfficientT5Settings:
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown efficient attention backend {self.backend!r}; "
                              f"valid backends: {', '.join(BACKENDS)}")
+        if self.stats_backend not in STATS_BACKENDS:
+            raise ValueError(f"unknown attention.stats_backend {self.stats_backend!r}; "
+                             f"valid: {', '.join(STATS_BACKENDS)}")
 
     def applies(self, length: int) -> bool:
         """Whether a sequence of ``length`` tokens uses the efficient path."""
@@ -139,7 +151,8 @@ class RelativeBiasTable:
 
     lengthx_efficient = True
 
-    def __init__(self, table: torch.Tensor, query_length: int, key_length: int, backend: str = "auto"):
+    def __init__(self, table: torch.Tensor, query_length: int, key_length: int, backend: str = "auto",
+                 stats_backend: str = "auto"):
         if table.shape[-1] != query_length + key_length - 1:
             raise ValueError(f"offset table of width {table.shape[-1]} does not fit "
                              f"{query_length}x{key_length}")
@@ -147,6 +160,7 @@ class RelativeBiasTable:
         self.query_length = query_length
         self.key_length = key_length
         self.backend = backend
+        self.stats_backend = stats_backend
         self._flipped: dict[tuple[float, torch.dtype, torch.device], torch.Tensor] = {}
 
     @property
@@ -176,16 +190,33 @@ class RelativeBiasTable:
     # ---- attention ---------------------------------------------------------------------------------------
 
     def fuses_statistics(self, call: AttentionCall) -> bool:
-        """Whether this call's P_max and entropy come from the fused kernel (:mod:`lengthx.attention.fused`):
-        statistics without the logit capture, CPU, fp32, no dropout, no gradients, and keys that form one
-        contiguous range per example. Then every ``row_stride``-th row is read from the same pass."""
+        """Whether this call's P_max and entropy come from one pass with its output
+        (:meth:`statistics_kernel`); then every ``row_stride``-th row is read from that pass."""
+        return self.statistics_kernel(call) is not None
+
+    def statistics_kernel(self, call: AttentionCall) -> str | None:
+        """The one-pass kernel that computes this call's statistics, or None (the explicit path).
+
+        ``triton`` (``attention.stats_backend=triton``): statistics without the logit capture, no dropout, no
+        gradients, self-attention with no mask or a padding mask, on CUDA (a ValueError naming the fix
+        elsewhere). ``fused`` (:mod:`lengthx.attention.fused`): the same on the CPU in fp32 with keys that form
+        one contiguous range per example."""
         stats, query = call.stats, call.query
         if stats is None or stats.wants_logits(call.module):
-            return False
+            return None
         p_drop = call.dropout if call.module.training else 0.0
+        b, k_len = query.shape[0], call.key.shape[-2]
+        if self.stats_backend == "triton":
+            if p_drop or (torch.is_grad_enabled() and query.requires_grad) or query.shape[-2] != k_len:
+                return None
+            if not triton_kernel().supported(query.device):
+                raise ValueError(f"attention.stats_backend=triton runs on CUDA only, this model is on "
+                                 f"{query.device.type}: use attention.stats_backend=auto, or device=cuda")
+            padding = call.attention_mask is None or key_keep(call.attention_mask, b, k_len) is not None
+            return "triton" if padding else None
         if not fused.applies(query, p_drop):
-            return False
-        return key_ranges(call.attention_mask, query.shape[0], call.key.shape[-2]) is not None
+            return None
+        return "fused" if key_ranges(call.attention_mask, b, k_len) is not None else None
 
     def attend(self, call: AttentionCall) -> torch.Tensor:
         """softmax((QKᵀ·scaling + bias)/τ + mask)·V of a call with (B, H, L_q, D) inputs; returns (B, L_q, H, D)."""
@@ -201,9 +232,10 @@ class RelativeBiasTable:
         scale = base_scale / tau
         p_drop = call.dropout if module.training else 0.0
         mask = call.attention_mask
-        backend = resolve_backend(self.backend, d, call.stats is not None)
-        if call.stats is not None and self.fuses_statistics(call):
-            backend = "fused"
+        kernel = self.statistics_kernel(call)
+        if kernel == "triton":
+            return self._triton(call, scale)
+        backend = "fused" if kernel == "fused" else resolve_backend(self.backend, d, call.stats is not None)
         if backend == "flex" and p_drop == 0.0:
             keep = key_keep(mask, b, k_len)
             if keep is not None or mask is None:
@@ -212,6 +244,20 @@ class RelativeBiasTable:
                 return out.transpose(1, 2).contiguous()
             backend = "explicit"
         return self._blockwise(call, backend, scale, p_drop)
+
+    def _triton(self, call: AttentionCall, scale: float) -> torch.Tensor:
+        """Output (B, L_q, H, D) and statistics of every ``row_stride``-th row from one Triton pass over the
+        table (:mod:`lengthx.attention.triton_stats`); a row counts when its own position is a kept key."""
+        query, stats = call.query, call.stats
+        b, _, q_len, _ = query.shape
+        keep = key_keep(call.attention_mask, b, q_len)
+        step = stats.row_stride
+        out, z, w = triton_kernel().attention_stats(query, call.key, call.value, self.table, scale, 1.0 / call.tau,
+                                                    keep, step)
+        ok = (torch.ones(b, q_len, dtype=torch.bool, device=query.device) if keep is None
+              else keep.to(query.device))
+        stats.add_rows(call.module, *stats_from_sums(z, w), ok[:, ::step])
+        return out
 
     def _blockwise(self, call: AttentionCall, backend: str, scale: float, p_drop: float) -> torch.Tensor:
         """The ``sdpa``, ``fused`` and ``explicit`` paths: keys and values reversed, the bias a view of the
@@ -294,7 +340,18 @@ def _efficient_compute_bias(
     ):
         return type(self).compute_bias(self, query_length, key_length, *args, **kwargs)
     table = relative_bias_table(self, int(query_length), int(key_length), *args, **kwargs)
-    return RelativeBiasTable(table, int(query_length), int(key_length), backend=settings.backend)
+    return RelativeBiasTable(table, int(query_length), int(key_length), backend=settings.backend,
+                             stats_backend=settings.stats_backend)
+
+
+def triton_kernel() -> types.ModuleType:
+    """:mod:`lengthx.attention.triton_stats`, imported on first use; a ValueError naming the fix without triton."""
+    try:
+        from lengthx.attention import triton_stats
+    except ImportError as exc:
+        raise ValueError(f"attention.stats_backend=triton needs the triton package ({exc}): pip install "
+                         "'lengthx[gpu]' on a CUDA machine, or use attention.stats_backend=auto") from None
+    return triton_stats
 
 
 def enable_efficient_t5(
@@ -302,6 +359,7 @@ def enable_efficient_t5(
     mode: str = "auto",
     min_length: int = DEFAULT_MIN_LENGTH,
     backend: str = "auto",
+    stats_backend: str = "auto",
 ) -> None:
     """Compute ``model``'s T5 encoder self-attention from the offset table (config ``attention.efficient``).
 
@@ -309,8 +367,13 @@ def enable_efficient_t5(
     unchanged), ``always``, or ``never`` (same as :func:`disable_efficient_t5`). Switches the model to the
     "lengthx" attention implementation (τ = 1 and no statistics there is stock SDPA), and patches encoder
     block 0's ``compute_bias`` only; the decoder is untouched. Idempotent; calling again changes settings.
+    ``stats_backend``: ``auto``, or ``triton`` (statistics from :mod:`lengthx.attention.triton_stats`; the
+    triton package must import, else a ValueError naming the fix).
     """
-    settings = EfficientT5Settings(mode=mode, min_length=int(min_length), backend=backend)
+    settings = EfficientT5Settings(mode=mode, min_length=int(min_length), backend=backend,
+                                   stats_backend=stats_backend)
+    if stats_backend == "triton" and mode != "never":
+        triton_kernel()
     attn = _encoder_block0_attention(model)
     if mode == "never":
         disable_efficient_t5(model)

@@ -219,6 +219,7 @@ def validate_run_config(cfg: DictConfig, environment: bool = True, checked: set[
     check_task_data(cfg)
     check_topic_counts(cfg)
     check_device(str(cfg.device))
+    check_stats_backend(cfg)
     path = cfg.model.get("path")
     if path and str(path) not in checked:
         check_model_dir(cfg.model)
@@ -279,6 +280,30 @@ def check_attention_backend(cfg: DictConfig) -> None:
     if isinstance(d_kv, int) and d_kv < FLEX_MIN_HEAD_DIM:
         raise ConfigError(f"attention.backend=flex: {config} gives a head dimension (d_kv) of {d_kv}, below "
                           f"FlexAttention's minimum of {FLEX_MIN_HEAD_DIM}. Fix: attention.backend=sdpa (or auto)")
+
+
+def check_stats_backend(cfg: DictConfig) -> None:
+    """Raise :class:`ConfigError` when ``attention.stats_backend`` is unknown, or ``triton`` where it cannot run:
+    no triton package, or a device that is not CUDA (docs/gpu.md)."""
+    value = str((cfg.get("attention") or {}).get("stats_backend", "auto"))
+    if value == "auto":
+        return
+    import importlib.util
+
+    import torch
+
+    from lengthx.attention.t5_bias import STATS_BACKENDS
+
+    if value not in STATS_BACKENDS:
+        raise ConfigError(f"attention.stats_backend={value} is not one of {', '.join(STATS_BACKENDS)}. Fix: "
+                          "attention.stats_backend=auto")
+    device = str(cfg.device)
+    if importlib.util.find_spec("triton") is None:
+        raise ConfigError("attention.stats_backend=triton: the triton package is not installed. Fix: pip install "
+                          "'lengthx[gpu]' on a CUDA machine, or attention.stats_backend=auto")
+    if not (device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())):
+        raise ConfigError(f"attention.stats_backend=triton runs on CUDA only, device={device} is not. Fix: "
+                          "device=cuda, or attention.stats_backend=auto")
 
 
 def check_device(device: str) -> None:

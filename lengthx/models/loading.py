@@ -230,7 +230,7 @@ def load_model(
 ) -> LoadedModel:
     """Load the model described by a ``conf/model`` entry (keys: name, hub_id, path, family, l_tr, large).
 
-    ``attention`` (config ``attention``: efficient, min_length, backend) selects the memory-efficient T5
+    ``attention`` (config ``attention``: efficient, min_length, backend, stats_backend) selects the memory-efficient T5
     encoder attention of ``lengthx.attention.t5_bias``; default ``auto`` (used above 2048 tokens). A
     ``model.path`` directory is checked first (:func:`check_model_dir`).
     """
@@ -257,7 +257,7 @@ def load_model(
 
         att = attention or {}
         enable_efficient_t5(model, mode=att.get("efficient", "auto"), min_length=int(att.get("min_length", 2048)),
-                            backend=att.get("backend", "auto"))
+                            backend=att.get("backend", "auto"), stats_backend=att.get("stats_backend", "auto"))
     return LoadedModel(model_cfg.name, model, tokenizer, family, int(model_cfg.l_tr), dev)
 
 
