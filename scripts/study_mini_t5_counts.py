@@ -19,7 +19,7 @@ mini profile), in the order the doc fixed:
 
     python scripts/study_mini_t5_counts.py --only seed0/step-01800        # measure (resumable), then render
     python scripts/study_mini_t5_counts.py --render-only                   # study.md and study.json
-    python scripts/study_mini_t5_counts.py --pending                       # the replications still owed
+    python scripts/study_mini_t5_counts.py --owed                          # the replications still owed
     python scripts/study_mini_t5_counts.py --ship lengthx/checkpoints/mini-t5   # ship the snapshot the rule picks
 """
 
@@ -359,7 +359,7 @@ def headline(summaries: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def pending(summaries: list[dict[str, Any]]) -> list[str]:
+def owed(summaries: list[dict[str, Any]]) -> list[str]:
     """``--replicate`` specs still owed: every cell past L_tr where a paper rule's paired difference excludes 0
     upwards and that rule was not measured again at task seed 7 (docs/mini-t5-study.md, Replication)."""
     out = []
@@ -425,14 +425,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--replicate", nargs="*", default=[], help="SNAPSHOT:VARIANT:LENGTH:METHOD cells to measure again "
                    f"at task seed {REPLICATION_SEED}")
     p.add_argument("--render-only", action="store_true")
-    p.add_argument("--pending", action="store_true", help="print the --replicate specs still owed and stop")
+    p.add_argument("--owed", action="store_true", help="print the --replicate specs still owed and stop")
     p.add_argument("--ship", default=None, help="copy the snapshot the rule picks into this directory and stop")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--device", default="auto")
     args = p.parse_args(argv)
     results = Path(args.results)
-    if args.pending:
-        print("\n".join(pending(study(results, sorted({*DEFAULT_LENGTHS, *args.lengths}))[1]["snapshots"])))
+    if args.owed:
+        print("\n".join(owed(study(results, sorted({*DEFAULT_LENGTHS, *args.lengths}))[1]["snapshots"])))
         return
     if args.ship:
         print(f"shipped {ship(results, Path(args.ship)).name} to {args.ship}")
