@@ -19,6 +19,7 @@ mini profile), in the order the doc fixed:
 
     python scripts/study_mini_t5_counts.py --only seed0/step-01800        # measure (resumable), then render
     python scripts/study_mini_t5_counts.py --render-only                   # study.md and study.json
+    python scripts/study_mini_t5_counts.py --pending                       # the cells not measured yet
     python scripts/study_mini_t5_counts.py --ship lengthx/checkpoints/mini-t5   # ship the snapshot the rule picks
 """
 
@@ -26,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,14 +139,14 @@ def run_config(snap: Snapshot, store: Path, variant: Variant, method: str, lengt
                         f"calibration.num_examples={calibration}", f"device={device}"])
 
 
-def measure(snap: Snapshot, args: argparse.Namespace) -> None:
-    """Every cell of one snapshot (resumable): lengths in order, so a short session finishes the short ones, and
-    at each length the paper's methods on every variant before the extension's."""
-    from lengthx.core.runner import Runner
-
+def planned(snap: Snapshot, args: argparse.Namespace) -> list[Any]:
+    """The run configurations of one snapshot's cells, one cell each, in the order the study measures them: lengths
+    in order, so a short session finishes the short ones, and at each length the paper's methods on every variant
+    before the extension's; past L_tr only the variants the snapshot handles at L_tr (docs/mini-t5-study.md)."""
     results = Path(args.results)
     paper = [m for m in METHODS if m not in EXTENSION and m in args.methods]
     extension = [m for m in EXTENSION if m in args.methods]
+    out = []
     for length, methods in ((n, ms) for n in args.lengths for ms in (paper, extension)):  # the extension last
         for variant in sorted((v for v in VARIANTS if v.name in args.variants), key=lambda v: args.variants.index(v.name)):
             if length > L_TR and not handled(snap, variant):
@@ -151,11 +154,32 @@ def measure(snap: Snapshot, args: argparse.Namespace) -> None:
                     print(f"{snap.name}: {variant.name} not measured past L_tr (card "
                           f"{held_out(snap, variant.card_set):.0f}% < {variant.bar:.0f}% at L_tr)", flush=True)
                 continue
-            for method in methods:
-                cfg = run_config(snap, results / snap.name, variant, method, [length], args.examples,
-                                 args.calibration, args.device)
-                for cell in Runner(cfg).run():
-                    print(f"{snap.name}: {cell['cell']} {cell['status']} {cell.get('value', '')}", flush=True)
+            out += [run_config(snap, results / snap.name, variant, method, [length], args.examples, args.calibration,
+                               args.device) for method in methods]
+    return out
+
+
+def measure(snap: Snapshot, args: argparse.Namespace) -> None:
+    """Every cell of one snapshot (resumable), in :func:`planned`'s order; ``--worker I/K`` starts with every K-th
+    cell from the I-th, then goes through the rest, so K processes on one snapshot each take their own cells first
+    (a cell another process is computing is waited for, then found done)."""
+    from lengthx.core.runner import Runner
+
+    plan, (i, k) = planned(snap, args), getattr(args, "worker", None) or (0, 1)
+    for cfg in plan[i::k] + [c for j, c in enumerate(plan) if j % k != i]:
+        for cell in Runner(cfg).run():
+            print(f"{snap.name}: {cell['cell']} {cell['status']} {cell.get('value', '')}", flush=True)
+
+
+def pending(snap: Snapshot, args: argparse.Namespace) -> list[str]:
+    """The cells of :func:`planned` not done yet (no weights loaded: a cell's hash needs the tokenizer and digest)."""
+    from lengthx.core.runner import Runner
+
+    out = []
+    for cfg in planned(snap, args):
+        runner = Runner(cfg)
+        out += [cell.key for cell, chash in runner.cells() if not runner.is_done(cell, chash)]
+    return out
 
 
 def replicate(spec: str, args: argparse.Namespace) -> None:
@@ -397,6 +421,26 @@ def ship(results: Path, target: Path) -> Snapshot:
     return picked
 
 
+GPU_PROCESSES = 16  # a lent machine's CPU cores: one process each (docs/gpu.md)
+
+
+def carry_line(results: Path, left: dict[str, int]) -> str:
+    """The ``make gpu-study-carry`` line for the snapshots with cells pending, with processes in proportion to
+    their cells (about :data:`GPU_PROCESSES` in all; scripts/gpu_study.sh)."""
+    total = sum(left.values())
+    workers = {name: max(1, round(GPU_PROCESSES * n / total)) for name, n in left.items() if n}
+    return (f"make gpu-study-carry STUDY_DIR={os.path.relpath(results)} STORES=1 SNAPSHOTS=\"{' '.join(workers)}\" "
+            "WORKERS=\"" + " ".join(f"{name}={k}" for name, k in workers.items() if k > 1) + "\"") if total else "nothing pending"
+
+
+def _worker(text: str) -> tuple[int, int]:
+    """``I/K`` with 0 <= I < K."""
+    m = re.fullmatch(r"(\d+)/(\d+)", text)
+    if not m or int(m[1]) >= int(m[2]):
+        raise argparse.ArgumentTypeError(f"{text!r} is not I/K with 0 <= I < K (e.g. 0/3)")
+    return int(m[1]), int(m[2])
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", default=str(ROOT / "results" / "mini-t5-counts"))
@@ -411,6 +455,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--replicate", nargs="*", default=[], help="SNAPSHOT:VARIANT:LENGTH:METHOD cells to measure again "
                    f"at task seed {REPLICATION_SEED}")
     p.add_argument("--render-only", action="store_true")
+    p.add_argument("--worker", type=_worker, default=None, metavar="I/K", help="one of K processes on the same "
+                   "snapshots: start with every K-th cell from the I-th (scripts/gpu_study.sh)")
+    p.add_argument("--no-render", action="store_true", help="measure only (side by side: --render-only after)")
+    p.add_argument("--pending", action="store_true", help="list the cells not measured yet, per snapshot, and stop")
     p.add_argument("--ship", default=None, help="copy the snapshot the rule picks into this directory and stop")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--device", default="auto")
@@ -418,6 +466,15 @@ def main(argv: list[str] | None = None) -> None:
     results = Path(args.results)
     if args.ship:
         print(f"shipped {ship(results, Path(args.ship)).name} to {args.ship}")
+        return
+    if args.pending:
+        left = {}
+        for snap in snapshots(results):
+            if args.only is None or snap.name in args.only:
+                cells = pending(snap, args)
+                print(f"{snap.name}: {len(cells)} cells pending", *cells, sep="\n  ", flush=True)
+                left[snap.name] = len(cells)
+        print(carry_line(results, left))
         return
     if not args.render_only:
         import torch
@@ -429,7 +486,8 @@ def main(argv: list[str] | None = None) -> None:
                 measure(snap, args)
         for spec in args.replicate:
             replicate(spec, args)
-    print(render(results, sorted({*DEFAULT_LENGTHS, *args.lengths})))
+    if not args.no_render:
+        print(render(results, sorted({*DEFAULT_LENGTHS, *args.lengths})))
 
 
 if __name__ == "__main__":
