@@ -60,24 +60,36 @@ bench: install
 	$(BIN)/python scripts/bench_token_ids.py
 	$(BIN)/python scripts/bench_results_scale.py
 
-# Pure-Python packages a bare GPU machine may lack (docs/gpu.md), as wheels in .whl/ (git-ignored).
+# Pure-Python packages a bare GPU machine may lack (docs/gpu.md), as wheels in .whl/ (git-ignored): the configs' and
+# tasks' packages, transformers at this venv's version, and datasets with what the machine's image lacks of it
+# (paper B's training in scripts/bench_gpu_cells.py); multiprocess is built per Python version, the machine's 3.12
+VERSION = $$($(BIN)/python -c "import importlib.metadata as m; print(m.version('$(1)'))")
 gpu-wheels: install
 	$(BIN)/python -m pip wheel -q --no-deps -w .whl wonderwords==3.0.1 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3 \
-		hydra-core==1.3.8 transformers==$$($(BIN)/python -c "import transformers; print(transformers.__version__)")
+		hydra-core==1.3.8 $(foreach p,transformers datasets dill fsspec,$(p)==$(call VERSION,$(p)))
+	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_17_x86_64 --platform any -d .whl multiprocess==$(call VERSION,multiprocess)
 
-# The carry of scripts/gpu_study.sh (docs/gpu.md): SNAPSHOTS="seed0/step-00300 ..." of results/mini-t5-study, their
-# tokenizer (the same in every snapshot, checked) once
-STUDY_SNAPSHOTS := results/mini-t5-study/snapshots
+# The carry of scripts/gpu_study.sh (docs/gpu.md): SNAPSHOTS="seed0/step-00300 ..." of STUDY_DIR/snapshots, the
+# tokenizer most of them share once (a snapshot with another keeps its own); STORES=1 adds their results stores to
+# resume (stores.tar.gz); WORKERS="seed1/step-02400=5 ..." runs that many processes on a snapshot (workers.txt).
+# `python scripts/study_mini_t5_counts.py --pending` prints the line for the first-of-K study's pending cells.
+STUDY_DIR ?= results/mini-t5-study
 gpu-study-carry:
 	@test -n "$(SNAPSHOTS)" || { echo 'SNAPSHOTS is empty. Fix: make gpu-study-carry SNAPSHOTS="seed0/step-00300 ..."'; exit 2; }
+	@for s in $(SNAPSHOTS); do test -f $(STUDY_DIR)/snapshots/$$s/README.md || { echo "$(STUDY_DIR)/snapshots/$$s: no snapshot there. Fix: name one of $$(cd $(STUDY_DIR)/snapshots && echo seed*/step-*)"; exit 2; }; done
 	rm -rf .device-carry/study && mkdir -p .device-carry/study/snapshots
-	cp $(STUDY_SNAPSHOTS)/$(firstword $(SNAPSHOTS))/tokenizer.json .device-carry/study/
+	cd $(STUDY_DIR)/snapshots && md5sum $(addsuffix /tokenizer.json,$(SNAPSHOTS)) | sort | uniq -c -w32 | sort -rn | \
+		awk 'NR == 1 {print $$3}' | xargs -I{} cp {} $(CURDIR)/.device-carry/study/tokenizer.json
 	for s in $(SNAPSHOTS); do \
-		cmp -s $(STUDY_SNAPSHOTS)/$$s/tokenizer.json .device-carry/study/tokenizer.json || { echo "$$s: another tokenizer. Fix: carry it in its own call"; exit 2; }; \
-		mkdir -p .device-carry/study/snapshots/$$s && cp $(STUDY_SNAPSHOTS)/$$s/* .device-carry/study/snapshots/$$s/ && \
-		rm .device-carry/study/snapshots/$$s/tokenizer.json || exit 2; \
+		mkdir -p .device-carry/study/snapshots/$$s && cp $(STUDY_DIR)/snapshots/$$s/* .device-carry/study/snapshots/$$s/ && \
+		if cmp -s .device-carry/study/snapshots/$$s/tokenizer.json .device-carry/study/tokenizer.json; then \
+			rm .device-carry/study/snapshots/$$s/tokenizer.json; fi || exit 2; \
 	done
-	du -sh .device-carry .whl
+	if [ "$(STORES)" = 1 ]; then cd $(STUDY_DIR) && tar czf $(CURDIR)/.device-carry/study/stores.tar.gz --exclude=.locks \
+		--exclude=.cache --exclude=.results.lock $$(for s in $(SNAPSHOTS); do test -d $$s && echo $$s; done); fi
+	for w in $(WORKERS); do echo "$${w%%=*} $${w##*=}" >>.device-carry/study/workers.txt; done
+	du -sh .device-carry $(wildcard .whl)
 
 # Both papers at the paper models' shapes on one GPU (about 10 minutes): results/bench/gpu.md
 bench-gpu: install

@@ -20,6 +20,7 @@ mini profile), in the order the doc fixed:
     python scripts/study_mini_t5_counts.py --only seed0/step-01800        # measure (resumable), then render
     python scripts/study_mini_t5_counts.py --render-only                   # study.md and study.json
     python scripts/study_mini_t5_counts.py --owed                          # the replications still owed
+    python scripts/study_mini_t5_counts.py --pending                       # the cells not measured yet
     python scripts/study_mini_t5_counts.py --ship lengthx/checkpoints/mini-t5   # ship the snapshot the rule picks
 """
 
@@ -38,6 +39,7 @@ for entry in (ROOT, ROOT / "scripts"):
         sys.path.insert(0, str(entry))
 
 from study_mini_t5 import Snapshot, _pct, snapshots  # noqa: E402
+from study_workers import carry_line, worker_spec  # noqa: E402  (--worker, --pending)
 
 from lengthx.core.store import SHORT_OF_TARGET, UNALIGNED_MARK, ResultsStore  # noqa: E402
 from lengthx.report.tables.intervals import cell_scores, difference_ci, mean_ci  # noqa: E402
@@ -137,14 +139,14 @@ def run_config(snap: Snapshot, store: Path, variant: Variant, method: str, lengt
                         f"calibration.num_examples={calibration}", f"device={device}"])
 
 
-def measure(snap: Snapshot, args: argparse.Namespace) -> None:
-    """Every cell of one snapshot (resumable): lengths in order, so a short session finishes the short ones, and
-    at each length the paper's methods on every variant before the extension's."""
-    from lengthx.core.runner import Runner
-
+def planned(snap: Snapshot, args: argparse.Namespace) -> list[Any]:
+    """The run configurations of one snapshot's cells, one cell each, in the order the study measures them: lengths
+    in order, so a short session finishes the short ones, and at each length the paper's methods on every variant
+    before the extension's; past L_tr only the variants the snapshot handles at L_tr (docs/mini-t5-study.md)."""
     results = Path(args.results)
     paper = [m for m in METHODS if m not in EXTENSION and m in args.methods]
     extension = [m for m in EXTENSION if m in args.methods]
+    out = []
     for length, methods in ((n, ms) for n in args.lengths for ms in (paper, extension)):  # the extension last
         for variant in sorted((v for v in VARIANTS if v.name in args.variants), key=lambda v: args.variants.index(v.name)):
             if length > L_TR and not handled(snap, variant):
@@ -152,11 +154,32 @@ def measure(snap: Snapshot, args: argparse.Namespace) -> None:
                     print(f"{snap.name}: {variant.name} not measured past L_tr (card "
                           f"{held_out(snap, variant.card_set):.0f}% < {variant.bar:.0f}% at L_tr)", flush=True)
                 continue
-            for method in methods:
-                cfg = run_config(snap, results / snap.name, variant, method, [length], args.examples,
-                                 args.calibration, args.device)
-                for cell in Runner(cfg).run():
-                    print(f"{snap.name}: {cell['cell']} {cell['status']} {cell.get('value', '')}", flush=True)
+            out += [run_config(snap, results / snap.name, variant, method, [length], args.examples, args.calibration,
+                               args.device) for method in methods]
+    return out
+
+
+def measure(snap: Snapshot, args: argparse.Namespace) -> None:
+    """Every cell of one snapshot (resumable), in :func:`planned`'s order; ``--worker I/K`` starts with every K-th
+    cell from the I-th, then goes through the rest, so K processes on one snapshot each take their own cells first
+    (a cell another process is computing is waited for, then found done)."""
+    from lengthx.core.runner import Runner
+
+    plan, (i, k) = planned(snap, args), getattr(args, "worker", None) or (0, 1)
+    for cfg in plan[i::k] + [c for j, c in enumerate(plan) if j % k != i]:
+        for cell in Runner(cfg).run():
+            print(f"{snap.name}: {cell['cell']} {cell['status']} {cell.get('value', '')}", flush=True)
+
+
+def pending(snap: Snapshot, args: argparse.Namespace) -> list[str]:
+    """The cells of :func:`planned` not done yet (no weights loaded: a cell's hash needs the tokenizer and digest)."""
+    from lengthx.core.runner import Runner
+
+    out = []
+    for cfg in planned(snap, args):
+        runner = Runner(cfg)
+        out += [cell.key for cell, chash in runner.cells() if not runner.is_done(cell, chash)]
+    return out
 
 
 def replicate(spec: str, args: argparse.Namespace) -> None:
@@ -426,6 +449,10 @@ def main(argv: list[str] | None = None) -> None:
                    f"at task seed {REPLICATION_SEED}")
     p.add_argument("--render-only", action="store_true")
     p.add_argument("--owed", action="store_true", help="print the --replicate specs still owed and stop")
+    p.add_argument("--worker", type=worker_spec, default=None, metavar="I/K", help="one of K processes on the same "
+                   "snapshots: start with every K-th cell from the I-th (scripts/gpu_study.sh)")
+    p.add_argument("--no-render", action="store_true", help="measure only (side by side: --render-only after)")
+    p.add_argument("--pending", action="store_true", help="list the cells not measured yet, per snapshot, and stop")
     p.add_argument("--ship", default=None, help="copy the snapshot the rule picks into this directory and stop")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--device", default="auto")
@@ -437,6 +464,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.ship:
         print(f"shipped {ship(results, Path(args.ship)).name} to {args.ship}")
         return
+    if args.pending:
+        left = {}
+        for snap in snapshots(results):
+            if args.only is None or snap.name in args.only:
+                cells = pending(snap, args)
+                print(f"{snap.name}: {len(cells)} cells pending", *cells, sep="\n  ", flush=True)
+                left[snap.name] = len(cells)
+        print(carry_line(results, left))
+        return
     if not args.render_only:
         import torch
 
@@ -447,7 +483,8 @@ def main(argv: list[str] | None = None) -> None:
                 measure(snap, args)
         for spec in args.replicate:
             replicate(spec, args)
-    print(render(results, sorted({*DEFAULT_LENGTHS, *args.lengths})))
+    if not args.no_render:
+        print(render(results, sorted({*DEFAULT_LENGTHS, *args.lengths})))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from lengthx.core.estimate import GPU_COSTS, Costs, cell_estimate, gpu_costs
 
 
 def test_a_pass_is_costed_from_the_benchmark_or_not_at_all():
-    costs = gpu_costs()
+    costs = gpu_costs(cells=None)  # gpu.json alone (results/bench/gpu-cells.json, where committed, adds shapes)
     bench = {c["length"]: c["time_s"] for c in json.loads(GPU_COSTS.read_text())["cells"]
              if c["item"] == 1 and c.get("variant") == "lengthx-sdpa" and c.get("status") == "ok"}
     assert costs.seconds("encoder", "xxl", 15360) == pytest.approx(bench[15360])
@@ -41,14 +41,14 @@ def test_algorithm1_calibration_passes_are_counted(table4):
 
 
 def test_the_paper_estimate_names_its_card_sources_and_what_it_never_measured(table4):
-    lines = estimate_lines(table4, "paper")
+    lines = estimate_lines(table4, "paper", gpu_costs(cells=None))
     text = "\n".join(lines)
     assert "NVIDIA H200" in text and "GPU-hours" in text and "measured encoder: gpu.json" in text
     assert "unmeasured: " in text and "encoder passes of large" in text and "decoder steps (at most) of xxl" in text
-    total = estimate_totals(table4, gpu_costs())["total"]
+    total = estimate_totals(table4, gpu_costs(cells=None))["total"]
     assert total.cells == 2 * 4 * 16 and 0 < total.seconds
     # the measured part is exactly the XXL encoder passes (no decoder or stride-1 statistics cost was measured)
-    xxl = sum(50 * gpu_costs().seconds("encoder", "xxl", est.tokens // 50)
+    xxl = sum(50 * gpu_costs(cells=None).seconds("encoder", "xxl", est.tokens // 50)
               for _, cfg, cells, s in table4 if cfg.model.name == "flan-t5-xxl"
               for est in (cell_estimate(cfg, c, s) for c in cells))
     assert total.seconds == pytest.approx(xxl)

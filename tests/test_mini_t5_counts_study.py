@@ -121,3 +121,19 @@ def test_owed_lists_each_positive_paper_rule_difference_not_yet_replicated():
         "replication": {"topics K=3": {"7424": {"methods": {"none": {}, "log": {}}}}}}
     assert s.owed([summary]) == ["seed0/step-03200:topicsK=3:2560:log", "seed0/step-03200:topicsK=3:7424:pmax",
                                     "seed0/step-03200:topicsK=3:7424:entropy"]
+
+
+def test_a_worker_is_i_of_k_or_one_clear_line(capsys):
+    s = _script()
+    assert s.worker_spec("1/3") == (1, 3)
+    for bad in ("3/3", "x", "-1/2", "1/0"):
+        with pytest.raises(SystemExit) as exit_:
+            s.main([f"--worker={bad}", "--render-only"])
+        assert exit_.value.code == 2 and "is not I/K" in capsys.readouterr().err
+
+
+def test_the_carry_line_weighs_processes_by_the_cells_pending():
+    s = _script()
+    line = s.carry_line(ROOT / "results" / "mini-t5-counts", {"seed0/step-01200": 10, "seed1/step-02400": 30, "x": 0})
+    assert 'SNAPSHOTS="seed0/step-01200 seed1/step-02400"' in line and 'WORKERS="seed0/step-01200=4 seed1/step-02400=12"' in line
+    assert "STUDY_DIR=" in line and s.carry_line(ROOT, {"x": 0}) == "nothing pending"

@@ -4,6 +4,8 @@ example, then one pass per calibration example at each τ the search tries, pape
 passes take on one named device, from costs measured on that device:
 
 - ``results/bench/gpu.json`` (``scripts/bench_gpu.py``, docs/gpu.md): the paper models' shapes on a GPU;
+- ``results/bench/gpu-cells.json`` (``scripts/bench_gpu_cells.py``, docs/gpu.md), where it exists: each paper
+  model's encoder (prefill) pass, decoder step or pass and statistics pass at its longest paper setting;
 - ``results/bench/estimate_costs.json`` (``scripts/estimate_check.py``): the minis on a CPU, one thread.
 
 A pass is costed at the per-token cost measured at the shortest measured length at or above its own (the cost
@@ -22,7 +24,7 @@ from lengthx.alignment.algorithm1 import PAPER_TAU_MIN, temperature_grid
 from lengthx.core.cells import Cell
 
 BENCH = Path(__file__).resolve().parents[2] / "results" / "bench"
-GPU_COSTS, CPU_COSTS = BENCH / "gpu.json", BENCH / "estimate_costs.json"
+GPU_COSTS, GPU_CELLS, CPU_COSTS = BENCH / "gpu.json", BENCH / "gpu-cells.json", BENCH / "estimate_costs.json"
 # the paper models of the shapes scripts/bench_gpu.py measures (its SHAPES: the T5 v1.1 / Flan-T5 sizes)
 PAPER_SHAPES = {"flan-t5-large": "large", "t5-large-lm": "large", "flan-t5-xl": "xl", "t5-xl-lm": "xl",
                 "flan-t5-xxl": "xxl", "t5-xxl-lm": "xxl"}
@@ -51,25 +53,40 @@ class Costs:
         return table[m] * length / m
 
 
-def gpu_costs(path: Path = GPU_COSTS) -> Costs:
+def gpu_costs(path: Path = GPU_COSTS, cells: Path | None = GPU_CELLS) -> Costs:
     """The GPU benchmark's passes: encoder passes of the XXL shape (lengthx's SDPA over the offset table, bf16,
-    batch 1) and Algorithm 1's statistics passes at the XL shape (its grid search, s per pass)."""
-    if not path.exists():
-        return Costs(f"a GPU ({path} missing: every figure unmeasured)")
-    data = json.loads(path.read_text())
-    costs = Costs(data["meta"]["device"])
-    for c in data["cells"]:
-        if c.get("status") != "ok":
-            continue
-        if c["item"] == 1 and c["variant"] == "lengthx-sdpa":
-            costs.passes.setdefault(("encoder", c["shape"]), {})[int(c["length"])] = float(c["time_s"])
-        elif c["item"] == 3 and c.get("search") == "grid":
-            kind = f"stats/{c['row_stride']}"
-            costs.passes.setdefault((kind, c["shape"]), {})[int(c["length"])] = c["time_s"] / (c["passes"] + 1)
-            costs.sources[kind] = (f"{path.name}: Algorithm 1's grid at the {c['shape']} shape, row stride "
-                                   f"{c['row_stride']}, s per pass")
-    costs.sources["encoder"] = f"{path.name}: the encoder at the XXL shape, lengthx-sdpa, bf16, batch 1"
+    batch 1) and Algorithm 1's statistics passes at the XL shape (its grid search, s per pass); then, from
+    ``cells`` where it exists, every paper model's passes at its longest setting (:func:`add_passes`)."""
+    costs = Costs(f"a GPU ({path} missing: its figures unmeasured)")
+    if path.exists():
+        data = json.loads(path.read_text())
+        costs.device = data["meta"]["device"]
+        for c in data["cells"]:
+            if c.get("status") != "ok":
+                continue
+            if c["item"] == 1 and c["variant"] == "lengthx-sdpa":
+                costs.passes.setdefault(("encoder", c["shape"]), {})[int(c["length"])] = float(c["time_s"])
+            elif c["item"] == 3 and c.get("search") == "grid":
+                kind = f"stats/{c['row_stride']}"
+                costs.passes.setdefault((kind, c["shape"]), {})[int(c["length"])] = c["time_s"] / (c["passes"] + 1)
+                costs.sources[kind] = (f"{path.name}: Algorithm 1's grid at the {c['shape']} shape, row stride "
+                                       f"{c['row_stride']}, s per pass")
+        costs.sources["encoder"] = f"{path.name}: the encoder at the XXL shape, lengthx-sdpa, bf16, batch 1"
+    if cells is not None and cells.exists():
+        data = json.loads(cells.read_text())
+        costs.device = data["device"] if not path.exists() else f"{costs.device}; {data['device']}"
+        add_passes(costs, data, cells.name)
     return costs
+
+
+def add_passes(costs: Costs, data: dict[str, Any], name: str) -> None:
+    """Add the passes of a costs file (``{"passes": {kind: {shape: {length: seconds}}}, "how": {kind: text}}``,
+    as ``scripts/estimate_check.py`` and ``scripts/bench_gpu_cells.py`` write them) to ``costs``."""
+    for kind, shapes in data["passes"].items():
+        for shape, table in shapes.items():
+            costs.passes.setdefault((kind, shape), {}).update({int(k): float(v) for k, v in table.items()})
+        source = f"{name}: {data['how'].get(kind.split('/')[0], 'measured')}"
+        costs.sources[kind] = f"{costs.sources[kind]}; {source}" if kind in costs.sources else source
 
 
 def cpu_costs(path: Path = CPU_COSTS) -> Costs:
@@ -78,10 +95,7 @@ def cpu_costs(path: Path = CPU_COSTS) -> Costs:
         return Costs(f"this CPU ({path} missing: every figure unmeasured; python scripts/estimate_check.py)")
     data = json.loads(path.read_text())
     costs = Costs(data["device"])
-    for kind, shapes in data["passes"].items():
-        for shape, table in shapes.items():
-            costs.passes[(kind, shape)] = {int(k): float(v) for k, v in table.items()}
-        costs.sources[kind] = f"{path.name}: {data['how'].get(kind.split('/')[0], 'measured')}"
+    add_passes(costs, data, path.name)
     return costs
 
 

@@ -1,0 +1,89 @@
+"""scripts/bench_gpu_cells.py's report: the JSON (meta, every cell, and the passes ``lengthx plan profile=paper
+--estimate`` reads, lengthx/core/estimate.py) and the Markdown tables of docs/gpu.md's "Every paper model's largest
+cell"."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import asdict
+from typing import Any
+
+import torch
+
+STEP_TOKENS = 8  # decoder steps timed beyond the first (the estimate's decoder_step)
+
+
+def report_data(cells: list[Any], args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """The JSON: meta, every cell, and ``passes`` in ``estimate_costs.json``'s layout (kind → shape → length →
+    seconds), the shape of a T5 v1.1 model being its size (``lengthx.core.estimate.PAPER_SHAPES``; of two models of
+    one shape at one length, the first measured)."""
+    import transformers
+
+    from lengthx.core.estimate import PAPER_SHAPES
+
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    passes: dict[str, dict[str, dict[str, float]]] = {}
+    for c in cells:
+        r, shape = c.result, PAPER_SHAPES.get(c.model, c.model)
+        for kind, key in (("encoder", "encoder_s"), ("decoder_step", "decoder_step_s"),
+                          ("decoder_pass", "decoder_pass_s")):
+            if key in r:
+                passes.setdefault(kind, {}).setdefault(shape, {}).setdefault(str(c.length), r[key])
+        stats = r.get("stats") or {}
+        if stats.get("time_s") is not None:
+            passes.setdefault(f"stats/{stats['row_stride']}", {}).setdefault(shape, {}).setdefault(str(c.length),
+                                                                                         stats["time_s"])
+    how = {"encoder": "one encoder (decoder-only: prefill) pass of the random-weight model at the paper model's "
+                      "shape, batch 1, loaded as lengthx run loads it",
+           "decoder_step": f"(generate {1 + STEP_TOKENS} tokens - generate 1) / {STEP_TOKENS}",
+           "decoder_pass": "a scoring forward (128 target tokens) minus the encoder pass",
+           "stats": "one statistics pass (capture_stats) at the paper profile's row stride"}
+    return {"device": f"{name} (bench_gpu_cells{', smoke' if args.smoke else ''})", "measured_by":
+            "scripts/bench_gpu_cells.py", "how": how, "passes": passes,
+            "meta": {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
+                     "transformers": transformers.__version__, "smoke": args.smoke, "budget_s": args.budget_s},
+            "cells": [asdict(c) for c in cells]}
+
+
+def _fmt(x: Any, spec: str = "{:.2f}") -> str:
+    return "n/a" if x is None else spec.format(x) if isinstance(x, int | float) else str(x)
+
+
+def render(data: dict[str, Any]) -> str:
+    """The Markdown report: one row per model and paper."""
+    meta = data["meta"]
+    out = [f"# Every paper model's largest cell on one card{' (smoke: tiny configurations)' if meta['smoke'] else ''}",
+           "", f"`scripts/bench_gpu_cells.py` on {data['device']}, {meta['date']}; torch {meta['torch']}, "
+           f"transformers {meta['transformers']}, budget {meta['budget_s']:.0f} s. Random weights at each model's "
+           "real configuration, its real tokenizer's vocabulary size; time per example includes building the "
+           "examples (paper A) and is per training sequence at the profile's micro-batch (paper B); peak = "
+           "`torch.cuda.max_memory_allocated` over the run, weights included.", ""]
+    for paper, title, head in (("A", "Paper A: `lengthx run`, method none, the longest setting",
+                                "| model | params | task | L_ex tokens | new tokens | examples | s / example | peak GiB | "
+                                "fits | Algorithm 1 statistics pass: s, peak GiB | load s |"),
+                               ("B", "Paper B: `lengthx train`, the longest run", "| model | params | run | "
+                                "tokens / sequence | batch | steps | s / sequence | tokens/s | peak GiB | fits |")):
+        out += [f"## {title}", "", head, "|" + "---|" * head.count(" | ") + "---|"]
+        for c in (c for c in data["cells"] if c["paper"] == paper):
+            r = c["result"]
+            status = r.get("status", "not run")
+            fits = "yes" if r.get("fits") else "no (OOM)" if status == "oom" else status if status != "ok" else \
+                f"no (offloaded to {', '.join(r.get('offloaded') or [])})"
+            if r.get("error"):
+                fits += f": {r['error']}"
+            n = r.get("params") or 0
+            p = f"{n / 1e9:.2f}B" if n >= 1e8 else f"{n / 1e6:.1f}M" if n else ""
+            if paper == "A":
+                s = r.get("stats") or {}
+                st = "" if not s else f"{_fmt(s.get('time_s'))} s, {_fmt(s.get('peak_gib'))}" if \
+                    s.get("status", "ok") == "ok" else f"{s['status']}: {s.get('error', '')}"
+                out.append(f"| {c['model']} | {p} | {c['task']} | {c['length']} | {c['new_tokens']} | "
+                           f"{r.get('examples', '')} | {_fmt(r.get('per_example_s'))} | {_fmt(r.get('peak_gib'))} | "
+                           f"{fits} | {st} | {_fmt(r.get('load_s'), '{:.0f}')} |")
+            else:
+                out.append(f"| {c['model']} | {p} | {c['task']} | {c['length']} | {r.get('batch', '')} | "
+                           f"{r.get('steps', '')} | {_fmt(r.get('per_example_s'), '{:.3f}')} | "
+                           f"{_fmt(r.get('tokens_s'), '{:,.0f}')} | {_fmt(r.get('peak_gib'))} | {fits} |")
+        out.append("")
+    return "\n".join(out)

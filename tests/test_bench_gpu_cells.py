@@ -1,0 +1,113 @@
+"""scripts/bench_gpu_cells.py (docs/gpu.md, "Every paper model's largest cell"): the cells it picks from the configs,
+the random-weight checkpoints at the real configurations, and ``--smoke`` end to end on the CPU, read back by
+``lengthx plan --estimate``'s cost reader."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "bench_gpu_cells.py"
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import bench_gpu_cells as cells_bench  # noqa: E402
+from bench_gpu_cells_models import ARCH, MINI_OF_FAMILY, build_dir, entry, model_config, size  # noqa: E402
+
+from lengthx.core.estimate import gpu_costs  # noqa: E402
+from lengthx.models.loading import check_model_dir  # noqa: E402
+from lengthx.models.minis import compose_run  # noqa: E402
+
+CONF = ROOT / "lengthx" / "conf"
+
+
+def _paper_models() -> set[str]:
+    """Every model an experiment runs in the paper profile, read from the experiment files directly."""
+    out = set()
+    for path in (CONF / "experiment").glob("*.yaml"):
+        exp = yaml.safe_load(path.read_text())
+        paper = str(((exp.get("experiment_info") or {}).get("models") or {}).get("paper", ""))
+        swept = str(exp["hydra"]["sweeper"]["params"].get("model", ""))
+        out |= {m for m in (paper + "," + swept).split(",") if m and "$" not in m}
+    return out
+
+
+def test_every_paper_model_has_one_cell_at_its_longest_setting():
+    picked = cells_bench.paper_cells()
+    assert sorted(c.model for c in picked) == sorted(_paper_models()) == sorted(ARCH)
+    for c in picked:
+        if c.paper == "A":
+            task = yaml.safe_load((CONF / "task" / f"{c.task}.yaml").read_text())
+            assert c.length == max(task["paper_l_ex"]) and c.new_tokens == int(task["max_new_tokens"] or 0)
+    by = {c.model: c for c in picked}
+    assert (by["flan-t5-xxl"].task, by["flan-t5-xxl"].length, by["flan-t5-xxl"].algorithm1) == ("lines", 14960, True)
+    assert not by["longchat-13b-16k"].algorithm1  # Table 4's baseline row runs method none only
+    assert by["t5-xl-lm"].task == "lm" and by["codet5p-770m-py"].task == "code_completion"
+    l_t = {m: int(entry(m)["l_tr"]) for m in ("gpt2", "bloom-1b1")}
+    assert (by["gpt2"].task, by["gpt2"].length) == ("full-4x", 4 * l_t["gpt2"])  # Table 3: full at 4·L_t
+    assert (by["bloom-1b1"].task, by["bloom-1b1"].length) == ("chunk-0.25-4x", l_t["bloom-1b1"])
+    assert [size(c.model) for c in picked] == sorted((size(c.model) for c in picked), reverse=True)
+
+
+@pytest.mark.parametrize("name", sorted(ARCH))
+def test_the_real_configuration_has_the_models_stated_size(name):
+    """Within 5% of conf/model's ``params`` (model cards count a T5's shared embedding once more)."""
+    cfg = model_config(name)
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    with torch.device("meta"):
+        model = (AutoModelForSeq2SeqLM if cfg.is_encoder_decoder else AutoModelForCausalLM).from_config(cfg)
+    n = sum(p.numel() for p in model.parameters())
+    assert abs(n - size(name)) / size(name) < 0.05, (name, n, size(name))
+
+
+@pytest.mark.parametrize("name", ["bloom-1b1", "pythia-160m", "flan-t5-large", "longchat-13b-16k"])
+def test_a_random_checkpoint_passes_the_harness_checks_with_the_real_vocabulary(tmp_path, name):
+    info = build_dir(name, tmp_path / name, torch.device("cpu"), smoke=True)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / name)
+    assert len(tokenizer) == ARCH[name][2] and info["params"] > 0
+    cfg = compose_run(["profile=paper", f"model={name}", f"model.path={tmp_path / name}"])
+    check_model_dir(cfg.model)  # family, shapes, vocabulary against the embeddings, special ids
+    mini = AutoTokenizer.from_pretrained(ROOT / "lengthx" / "checkpoints" / MINI_OF_FAMILY[entry(name)["family"]])
+    text = "The passkey is 31415. Remember it.\n    def f(x): return x"
+    assert tokenizer(text)["input_ids"] == mini(text)["input_ids"]  # the added pieces are never produced
+
+
+def test_bad_input_is_one_line_and_exit_2(capsys):
+    assert cells_bench.main(["--smoke", "--only", "gpt-5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "not a paper model" in err and "Fix" in err
+    assert cells_bench.main(["--device", "cpu"]) == 2
+    assert "need a GPU" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # about a minute: every paper model at tiny dimensions through lengthx run / lengthx train
+def test_smoke_runs_every_cell_and_the_estimate_reads_its_passes(tmp_path):
+    out = tmp_path / "gpu-cells.md"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--device", "cpu", "--out", str(out),
+                           "--work", str(tmp_path / "work")], capture_output=True, text=True, timeout=900, env=env,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads(out.with_suffix(".json").read_text())
+    results = {c["model"]: c["result"] for c in data["cells"]}
+    assert set(results) == set(ARCH) and all(r["status"] == "ok" and r["fits"] for r in results.values()), results
+    assert all(r["per_example_s"] > 0 for r in results.values())
+    assert all("time_s" in r["stats"] for c in data["cells"] if c["algorithm1"] for r in [c["result"]])
+    text = out.read_text()
+    assert text.count("| yes |") == len(ARCH) and "## Paper A" in text and "## Paper B" in text
+    costs = gpu_costs(tmp_path / "no-gpu.json", out.with_suffix(".json"))
+    xxl = results["flan-t5-xxl"]
+    assert costs.seconds("encoder", "xxl", 256) == pytest.approx(xxl["encoder_s"])  # the first of its shape
+    assert costs.seconds("decoder_step", "xxl", 128) == pytest.approx(xxl["decoder_step_s"] / 2)
+    assert costs.seconds("decoder_pass", "large", 256) == pytest.approx(results["t5-large-lm"]["decoder_pass_s"])
+    assert costs.seconds("stats/1", "longchat-13b-16k", 256) is None and "gpu-cells.json" in costs.sources["encoder"]
