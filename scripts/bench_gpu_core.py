@@ -24,6 +24,16 @@ from bench_gpu_report import render
 from lengthx.attention import tiled_softmax
 
 
+def free_device(device: torch.device) -> None:
+    """Collect garbage and, on CUDA, empty the cache and restart the peak-memory count, so the next measurement
+    starts from the weights alone."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
 class BudgetExceeded(Exception):
     """A slow cell ran into the end of the time budget."""
 
@@ -116,11 +126,7 @@ class BenchCore:
             torch.cuda.synchronize(self.device)
 
     def clean(self) -> None:
-        gc.collect()
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats(self.device)
+        free_device(self.device)
 
     def allocated(self) -> float | None:
         return torch.cuda.memory_allocated(self.device) / 2**30 if self.cuda else None

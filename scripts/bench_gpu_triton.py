@@ -30,7 +30,6 @@ cell; a cell that fails or runs out of memory is a row, and the run goes on.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import platform
@@ -59,6 +58,9 @@ from lengthx.attention.t5_bias import RelativeBiasTable, enable_efficient_t5, tr
 from lengthx.attention.temperature import AttentionCall, register, set_temperature  # noqa: E402
 from lengthx.models import get_family  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_gpu_core import free_device  # noqa: E402
+
 XXL = dict(vocab_size=32128, d_model=4096, num_heads=64, d_kv=64, d_ff=10240, num_layers=24)
 SMOKE = dict(vocab_size=128, d_model=64, num_heads=4, d_kv=16, d_ff=128, num_layers=2)
 T5_COMMON = dict(relative_attention_num_buckets=32, relative_attention_max_distance=128, dropout_rate=0.0,
@@ -83,11 +85,7 @@ class Bench:
         return self.args.budget_s - (time.monotonic() - self.t0)
 
     def clean(self) -> None:
-        gc.collect()
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats(self.device)
+        free_device(self.device)
 
     def timed(self, fn: Callable[[], Any]) -> float:
         if not self.cuda:
