@@ -26,7 +26,6 @@ memory. Written: ``results/bench/gpu-cells.md`` and ``.json`` (wall time per exa
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import re
@@ -50,6 +49,7 @@ for _entry in (ROOT, ROOT / "scripts"):
 import torch  # noqa: E402
 from bench_gpu_cells_models import ARCH, CONF, _yaml, arch_key, build_dir, entry, size  # noqa: E402
 from bench_gpu_cells_report import STEP_TOKENS, render, report_data  # noqa: E402
+from bench_gpu_core import free_device  # noqa: E402
 
 SMOKE = dict(length=256, l_t=32, examples=1, steps=2)
 
@@ -122,11 +122,7 @@ class Bench:
         return self.args.budget_s - (time.monotonic() - T_START)
 
     def reset(self) -> None:
-        gc.collect()
-        if self.cuda:
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
+        free_device(self.device)
 
     def gib(self, peak: bool = True) -> float | None:
         if not self.cuda:

@@ -34,6 +34,20 @@ def free_device(device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
+def timed(device: torch.device, fn: Callable[[], Any]) -> tuple[float, Any]:
+    """(seconds, result) of ``fn``: CUDA events on a GPU, ``perf_counter`` on the CPU."""
+    if device.type != "cuda":
+        t0 = time.perf_counter()
+        res = fn()
+        return time.perf_counter() - t0, res
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    res = fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1000, res
+
+
 class BudgetExceeded(Exception):
     """A slow cell ran into the end of the time budget."""
 
@@ -135,17 +149,7 @@ class BenchCore:
         return torch.cuda.max_memory_allocated(self.device) / 2**30 if self.cuda else None
 
     def timed(self, fn: Callable[[], Any]) -> tuple[float, Any]:
-        """(seconds, result) of ``fn``: CUDA events on a GPU, ``perf_counter`` on the CPU."""
-        if not self.cuda:
-            t0 = time.perf_counter()
-            res = fn()
-            return time.perf_counter() - t0, res
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        res = fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1000, res
+        return timed(self.device, fn)
 
     def guarded(self, cell: dict[str, Any], fn: Callable[[], dict[str, Any]], limit: float | None = None) -> dict:
         """Run ``fn`` for ``cell``; an OOM, a stop at the budget or any error goes into the cell as one line."""

@@ -59,7 +59,7 @@ from lengthx.attention.temperature import AttentionCall, register, set_temperatu
 from lengthx.models import get_family  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gpu_core import free_device  # noqa: E402
+from bench_gpu_core import free_device, timed  # noqa: E402
 
 XXL = dict(vocab_size=32128, d_model=4096, num_heads=64, d_kv=64, d_ff=10240, num_layers=24)
 SMOKE = dict(vocab_size=128, d_model=64, num_heads=4, d_kv=16, d_ff=128, num_layers=2)
@@ -88,16 +88,7 @@ class Bench:
         free_device(self.device)
 
     def timed(self, fn: Callable[[], Any]) -> float:
-        if not self.cuda:
-            t0 = time.perf_counter()
-            fn()
-            return time.perf_counter() - t0
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1000
+        return timed(self.device, fn)[0]
 
     def measure(self, fn: Callable[[], Any]) -> dict[str, Any]:
         """Warm-up, then the median of up to 5 timed runs, with peak memory and its increment."""
