@@ -71,6 +71,7 @@ from bench_gpu_models import (  # noqa: E402 - the names other scripts imported 
     OURS_FLEX,
     OURS_SDPA,
     OURS_STATS,
+    OURS_TRITON,
     SHAPES,
     STOCK,
     T5_BASE,
@@ -110,8 +111,8 @@ def run(args: argparse.Namespace) -> Bench:
     ends = tuple(dict.fromkeys((min(lengths), max(lengths))))
     middle = tuple(n for n in lengths if n not in ends)
     steps = [(2, bench.item2), (4, bench.item4), (3, lambda: bench.item3(full_rows=False)),
-             (1, lambda: bench.item1(ITEM1_CORE)), (1, lambda: bench.item1((OURS_STATS,), ends)),
-             (1, lambda: bench.item1(ITEM1_EXTRA)), (1, lambda: bench.item1((OURS_STATS,), middle)),
+             (1, lambda: bench.item1(ITEM1_CORE)), (1, lambda: bench.item1((OURS_TRITON, OURS_STATS), ends)),
+             (1, lambda: bench.item1(ITEM1_EXTRA)), (1, lambda: bench.item1((OURS_TRITON, OURS_STATS), middle)),
              (3, lambda: bench.item3(full_rows=True))]
     bench.save()
     for item, step in steps:
@@ -133,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
                    "--smoke); raw numbers go to the same name with .json")
     p.add_argument("--budget-s", type=float, default=540.0, help="wall-time budget of the whole run")
     p.add_argument("--lengths", type=int, nargs="+", help="item 1's lengths (default 2048 4096 8192 15360)")
+    p.add_argument("--variants", nargs="+", default=None, help="items 1-2: only these variants (e.g. stock-sdpa "
+                   "lengthx-sdpa lengthx+stats lengthx+triton); the others are rows 'not asked for'")
     p.add_argument("--items", type=int, nargs="+", default=[1, 2, 3, 4], choices=[1, 2, 3, 4])
     p.add_argument("--device", default="auto", help="auto (cuda if available), cuda or cpu")
     p.add_argument("--calib-row-stride", type=int, default=16, help="item 3's measured searches: statistics from "

@@ -234,9 +234,13 @@ class Bench:
     def run(self) -> None:
         """Every cell, largest model first; models of one architecture (Flan-T5 and T5-LM) share one directory."""
         cells = [c for c in paper_cells(smoke=self.args.smoke) if not self.args.only or c.model in self.args.only]
+        done = self.earlier()
         built: dict[str, dict[str, Any]] = {}
         for k, cell in enumerate(cells):
             self.cells.append(cell)
+            if (cell.model, cell.paper, cell.task, cell.length) in done:
+                cell.result = done[(cell.model, cell.paper, cell.task, cell.length)]
+                continue
             if self.left() < self.args.reserve_s:
                 cell.result = {"status": "skipped: budget"}
                 self.save()
@@ -258,6 +262,16 @@ class Bench:
             print(f"        {cell.result}", flush=True)
             self.save()
 
+    def earlier(self) -> dict[tuple[str, str, str, int], dict[str, Any]]:
+        """``--resume``: the results of an earlier run's JSON by cell (model, paper, task, length), those it
+        measured or that failed; cells it skipped for its budget run again. Absent file: nothing."""
+        path = Path(self.args.resume) if self.args.resume else None
+        if path is None or not path.is_file():
+            return {}
+        cells = json.loads(path.read_text()).get("cells", [])
+        return {(c["model"], c["paper"], c["task"], c["length"]): c["result"] for c in cells
+                if c.get("result", {}).get("status", "skipped: budget") != "skipped: budget"}
+
     def save(self) -> None:
         out = Path(self.args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -277,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=3, help="paper B: optimizer steps (the last one is timed)")
     p.add_argument("--only", nargs="*", default=None, help="these models only")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cuda or cpu")
+    p.add_argument("--resume", default=None, metavar="JSON", help="keep the cells an earlier run's JSON measured "
+                   "(or saw fail); run those it skipped for its budget")
     p.add_argument("--work", default=None, help="scratch folder for model directories, results and runs")
     args = p.parse_args(argv)
     if args.device == "auto":

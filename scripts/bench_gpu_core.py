@@ -22,6 +22,7 @@ from bench_gpu_models import LENGTHS, SHAPES, SMOKE_LENGTHS, SMOKE_SHAPES, Varia
 from bench_gpu_report import render
 
 from lengthx.attention import tiled_softmax
+from lengthx.attention.t5_bias import triton_kernel
 
 
 def free_device(device: torch.device) -> None:
@@ -173,8 +174,17 @@ class BenchCore:
 
     def unavailable(self, v: Variant) -> str | None:
         """Why variant ``v`` cannot run here (None when it can)."""
+        if getattr(self.args, "variants", None) and v.name not in self.args.variants:
+            return "not asked for (--variants)"
         if v.flex and not tiled_softmax.flex_available():
             return "n/a (no FlexAttention in this torch)"
         if v.flex and not self.cuda and not self.args.cpu_flex:
             return "n/a (CUDA only)"
+        if v.stats_backend == "triton":
+            try:
+                kernel = triton_kernel()
+            except ValueError:
+                return "n/a (no triton)"
+            if not kernel.supported(self.device):
+                return "n/a (CUDA only)"
         return None

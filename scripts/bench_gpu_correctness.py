@@ -12,6 +12,7 @@ from bench_gpu_models import (
     OURS_FLEX,
     OURS_SDPA,
     OURS_STATS,
+    OURS_TRITON,
     RESERVE_S,
     STOCK,
     T5_BASE,
@@ -65,7 +66,7 @@ class Correctness:
                    "entropy": TOL_FACTOR * floor["entropy"] + 1e-3}
             rows.append({"shape": shape_name, "tau": tau, "path": "dense-explicit bf16 vs fp32", "errors": floor,
                          "tol": None, "ok": None})
-            for v in (OURS_SDPA, OURS_FLEX, OURS_STATS, STOCK):
+            for v in (OURS_SDPA, OURS_FLEX, OURS_STATS, OURS_TRITON, STOCK):
                 row: dict[str, Any] = {"shape": shape_name, "tau": tau, "path": v.name, "tol": tol}
                 why = self.unavailable(v) or ("n/a (stock has no τ)" if v is STOCK and tau != 1.0 else None)
                 if why is not None:

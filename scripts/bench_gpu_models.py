@@ -51,6 +51,7 @@ class Variant:
     backend: str | None = None
     stats: int = 0
     per_head_tiles: bool = False
+    stats_backend: str = "auto"  # attention.stats_backend: "triton" = one Triton pass (docs/gpu.md)
     note: str = ""
 
     @property
@@ -60,7 +61,7 @@ class Variant:
     @property
     def tiled(self) -> bool:
         """Runs the offset table's tiled explicit softmax (statistics of every row on the offset table)."""
-        return self.backend is not None and self.stats == 1
+        return self.backend is not None and self.stats == 1 and self.stats_backend == "auto"
 
 
 STOCK = Variant("stock-sdpa", attn="sdpa", note="transformers SDPA, (1, H, L, L) bias")
@@ -72,11 +73,13 @@ OURS_STATS = Variant("lengthx+stats", backend="sdpa", stats=1,
                      note="offset table, tiled softmax + P_max/entropy (any backend with statistics)")
 OURS_STATS_TILES = Variant("lengthx+stats[per-head tiles]", backend="sdpa", stats=1, per_head_tiles=True,
                            note="the same with the CPU's per-head tiles forced on any device")
+OURS_TRITON = Variant("lengthx+triton", backend="sdpa", stats=1, stats_backend="triton",
+                      note="offset table, output + P_max/entropy of every row in one Triton pass")
 FLEX_SAMPLED = Variant("lengthx-flex+stats/16", backend="flex", stats=16,
                        note="FlexAttention + statistics of every 16th row")
 ITEM1_CORE = (OURS_FLEX, OURS_SDPA, STOCK)  # per length: lengthx first, stock (the likeliest OOM) last
 ITEM1_EXTRA = (FLEX_SAMPLED, OURS_STATS_TILES, DENSE_STATS)
-ITEM1_ORDER = (STOCK, OURS_SDPA, OURS_FLEX, DENSE_STATS, OURS_STATS, OURS_STATS_TILES, FLEX_SAMPLED)
+ITEM1_ORDER = (STOCK, OURS_SDPA, OURS_FLEX, DENSE_STATS, OURS_STATS, OURS_TRITON, OURS_STATS_TILES, FLEX_SAMPLED)
 
 
 @contextmanager
@@ -118,7 +121,7 @@ def configure(model: T5EncoderModel, v: Variant) -> None:
         disable_efficient_t5(model)
         model.set_attn_implementation(v.attn)
     else:
-        enable_efficient_t5(model, mode="always", backend=v.backend)
+        enable_efficient_t5(model, mode="always", backend=v.backend, stats_backend=v.stats_backend)
 
 
 def encode(model: T5EncoderModel, ids: torch.Tensor, v: Variant) -> tuple[torch.Tensor, AttentionStats | None]:

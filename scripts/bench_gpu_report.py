@@ -13,6 +13,7 @@ from bench_gpu_models import (
     OURS_SDPA,
     OURS_STATS,
     OURS_STATS_TILES,
+    OURS_TRITON,
     STOCK,
     TOL_FACTOR,
     Variant,
@@ -140,6 +141,16 @@ def _targets(rows: list[dict[str, Any]], lengths: tuple[int, ...], cuda: bool) -
         elif best:
             speed.append(f"{_k(n)} stock {_status(every.get((STOCK.name, n))).split(':')[0]}")
     lines.append("- efficient or Flex path ≤ 0.5x stock SDPA time where stock fits: " + ("; ".join(speed) or "n/a"))
+    one_pass = []
+    for n in lengths:
+        base, tri = ok.get((OURS_SDPA.name, n)), ok.get((OURS_TRITON.name, n))
+        if base is not None and tri is not None:
+            r = tri["time_s"] / base["time_s"]
+            one_pass.append(f"{_k(n)} {r:.2f}x {'PASS' if r <= 1.2 else 'FAIL'}")
+        elif (OURS_TRITON.name, n) in every:
+            one_pass.append(f"{_k(n)} {_status(every[(OURS_TRITON.name, n)]).split(':')[0]}")
+    lines.append(f"- statistics of every row in one pass ({OURS_TRITON.name}) ≤ 1.2x {OURS_SDPA.name}'s time: "
+                 + ("; ".join(one_pass) or "n/a"))
     if cuda:
         fit = loglog_growth([(c["length"], c.get("inc_gib")) for c in rows
                              if c["variant"] == OURS_FLEX.name and c["status"] == "ok"])

@@ -181,12 +181,12 @@ def call_fn(bench: Bench, n: int, variant: str) -> Callable[[], Any]:
         kern = triton_kernel()
         stats, runs = variant != "kernel-nostats", variant != "kernel-gather"
         return lambda: kern.attention_stats(q, k, v, table, 1 / TAU, 1 / TAU, None, 1, stats=stats, runs=runs)
-    stride = {"sdpa": 0, "blocks": 1, "triton": 1, "triton/16": 16}[variant]
+    stride = {"sdpa": 0, "flex": 0, "blocks": 1, "triton": 1, "triton/16": 16}[variant]
     backend = "triton" if variant.startswith("triton") else "auto"
 
     def run() -> None:
         stats = AttentionStats([module], row_stride=stride) if stride else None
-        bias = RelativeBiasTable(table, n, n, backend="sdpa", stats_backend=backend)
+        bias = RelativeBiasTable(table, n, n, backend="flex" if variant == "flex" else "sdpa", stats_backend=backend)
         with torch.inference_mode():
             bias.attend(AttentionCall(module, q, k, v, None, scaling=1.0, position_bias=bias, tau=TAU, stats=stats))
 

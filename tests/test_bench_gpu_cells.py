@@ -117,3 +117,23 @@ def test_smoke_runs_every_kind_of_cell_and_the_estimate_reads_its_passes(tmp_pat
     assert costs.seconds("decoder_step", "xxl", 128) == pytest.approx(xxl["decoder_step_s"] / 2)
     assert costs.seconds("decoder_pass", "large", 256) == pytest.approx(results["t5-large-lm"]["decoder_pass_s"])
     assert costs.seconds("stats/1", "longchat-13b-16k", 256) is None and "gpu-cells.json" in costs.sources["encoder"]
+
+
+def test_resume_keeps_what_an_earlier_run_measured_and_reruns_what_it_skipped(tmp_path):
+    """A second GPU call goes on from the first's JSON: measured or failed cells are kept as they were, cells the
+    first skipped for its budget are not copied (here the budget is spent at once, so they are skipped anew)."""
+    picked = [c for c in cells_bench.paper_cells(smoke=True) if c.model in SMOKE_MODELS]
+    earlier = {"cells": [{"model": c.model, "paper": c.paper, "task": c.task, "length": c.length,
+                          "result": {"status": "ok", "fits": True, "per_example_s": 1.5 + i}} for i, c in
+                         enumerate(picked)]}
+    earlier["cells"][-1]["result"] = {"status": "skipped: budget", "from_the_file": True}
+    earlier["cells"][0]["result"] = {"status": "oom", "fits": False}
+    (tmp_path / "first.json").write_text(json.dumps(earlier))
+    out = tmp_path / "second.md"
+    argv = ["--smoke", "--device", "cpu", "--budget-s", "0", "--resume", str(tmp_path / "first.json"), "--out",
+            str(out), "--work", str(tmp_path / "work"), "--only", *SMOKE_MODELS]
+    assert cells_bench.main(argv) == 1  # the kept OOM cell is a failure of the whole run
+    second = json.loads(out.with_suffix(".json").read_text())["cells"]
+    assert [c["result"] for c in second[:-1]] == [c["result"] for c in earlier["cells"][:-1]]
+    assert second[-1]["result"] == {"status": "skipped: budget"}
+    assert not (tmp_path / "work" / "models").exists()  # nothing was built
