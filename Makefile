@@ -172,7 +172,7 @@ reproduce-mini: reproduce-mini-a reproduce-mini-b
 # One experiment per table (lengthx/conf/experiment/aa_*.yaml, sb_*.yaml), the paper's models × methods × settings;
 # AA_PAPER_ARGS passes data paths, e.g. task.data_dir=… (MDQA upstream files) or task.text_path=… (LM).
 # It first prints the plan and its estimate (`lengthx plan … --estimate`: cells, examples, tokens, forward passes,
-# GPU-hours from the committed GPU benchmark, results/bench/gpu.md; what it never measured is named as unmeasured).
+# GPU-hours from the committed GPU benchmark, results/bench/gpu-h200.md; what it never measured is named as unmeasured).
 # `make reproduce-all AA_DRY_RUN=--dry-run` then lists every job's cells, loading no model.
 AA_PAPER_ARGS ?=
 PAPER_EXPERIMENTS := aa_table1,aa_table3,aa_table4,aa_table5,aa_table6,aa_code_key,sb_table2,sb_table3,sb_table4,sb_table5

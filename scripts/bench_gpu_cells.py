@@ -48,7 +48,7 @@ for _entry in (ROOT, ROOT / "scripts"):
 
 import torch  # noqa: E402
 from bench_gpu_cells_models import ARCH, CONF, _yaml, arch_key, build_dir, entry, size  # noqa: E402
-from bench_gpu_cells_report import STEP_TOKENS, render, report_data  # noqa: E402
+from bench_gpu_cells_report import STEP_TOKENS, merge_reports, render, report_data  # noqa: E402
 from bench_gpu_core import free_device  # noqa: E402
 
 SMOKE = dict(length=256, l_t=32, examples=1, steps=2)
@@ -198,7 +198,8 @@ class Bench:
             if cell.new_tokens:
                 gen = [self.timed(lambda k=k: model.generate(**batch, max_new_tokens=k, min_new_tokens=k,
                                                              do_sample=False))[0] for k in (1, 1 + STEP_TOKENS)]
-                out["decoder_step_s"] = max(0.0, gen[1] - gen[0]) / STEP_TOKENS
+                # no larger than the two runs' jitter: unmeasured (None), never a step costed at 0 s
+                out["decoder_step_s"] = (gen[1] - gen[0]) / STEP_TOKENS if gen[1] > gen[0] else None
             else:
                 out["decoder_pass_s"] = max(0.0, self.timed(lambda: model(**batch, labels=ids[:, :128].to(
                     loaded.device)))[0] - out["encoder_s"])
@@ -294,7 +295,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", default=None, metavar="JSON", help="keep the cells an earlier run's JSON measured "
                    "(or saw fail); run those it skipped for its budget")
     p.add_argument("--work", default=None, help="scratch folder for model directories, results and runs")
+    p.add_argument("--merge", nargs="+", default=None, metavar="JSON", help="no run: the reports of several calls "
+                   "(a later call's measured cells replace the earlier's) into --out, on any machine")
     args = p.parse_args(argv)
+    if args.merge:
+        missing = [m for m in args.merge if not Path(m).is_file()]
+        if missing or not args.out:
+            print(f"error: --merge {' '.join(missing) or '…'}: {'no such file' if missing else 'needs --out'}. Fix: "
+                  "name the JSONs the GPU calls wrote, and --out for the merged report", file=sys.stderr)
+            return 2
+        data = merge_reports([(Path(m).name, json.loads(Path(m).read_text())) for m in args.merge])
+        Path(args.out).with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+        Path(args.out).write_text(render(data))
+        return 0
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if not args.smoke and not args.device.startswith("cuda"):

@@ -20,30 +20,56 @@ def report_data(cells: list[Any], args: argparse.Namespace, device: torch.device
     one shape at one length, the first measured)."""
     import transformers
 
-    from lengthx.core.estimate import PAPER_SHAPES
-
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    passes: dict[str, dict[str, dict[str, float]]] = {}
-    for c in cells:
-        r, shape = c.result, PAPER_SHAPES.get(c.model, c.model)
-        for kind, key in (("encoder", "encoder_s"), ("decoder_step", "decoder_step_s"),
-                          ("decoder_pass", "decoder_pass_s")):
-            if key in r:
-                passes.setdefault(kind, {}).setdefault(shape, {}).setdefault(str(c.length), r[key])
-        stats = r.get("stats") or {}
-        if stats.get("time_s") is not None:
-            passes.setdefault(f"stats/{stats['row_stride']}", {}).setdefault(shape, {}).setdefault(str(c.length),
-                                                                                         stats["time_s"])
+    rows = [asdict(c) for c in cells]
     how = {"encoder": "one encoder (decoder-only: prefill) pass of the random-weight model at the paper model's "
                       "shape, batch 1, loaded as lengthx run loads it",
            "decoder_step": f"(generate {1 + STEP_TOKENS} tokens - generate 1) / {STEP_TOKENS}",
            "decoder_pass": "a scoring forward (128 target tokens) minus the encoder pass",
            "stats": "one statistics pass (capture_stats) at the paper profile's row stride"}
     return {"device": f"{name} (bench_gpu_cells{', smoke' if args.smoke else ''})", "measured_by":
-            "scripts/bench_gpu_cells.py", "how": how, "passes": passes,
+            "scripts/bench_gpu_cells.py", "how": how, "passes": passes_of(rows),
             "meta": {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
                      "transformers": transformers.__version__, "smoke": args.smoke, "budget_s": args.budget_s},
-            "cells": [asdict(c) for c in cells]}
+            "cells": rows}
+
+
+def passes_of(cells: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """``passes`` of the JSON from its cells: kind → shape → length → seconds."""
+    from lengthx.core.estimate import PAPER_SHAPES
+
+    passes: dict[str, dict[str, dict[str, float]]] = {}
+    for c in cells:
+        r, shape = c["result"], PAPER_SHAPES.get(c["model"], c["model"])
+        for kind, key in (("encoder", "encoder_s"), ("decoder_step", "decoder_step_s"),
+                          ("decoder_pass", "decoder_pass_s")):
+            if (r.get(key) or 0) > 0:  # a difference lost in the jitter (None or 0) is no cost
+                passes.setdefault(kind, {}).setdefault(shape, {}).setdefault(str(c["length"]), r[key])
+        stats = r.get("stats") or {}
+        if stats.get("time_s") is not None:
+            passes.setdefault(f"stats/{stats['row_stride']}", {}).setdefault(shape, {}).setdefault(
+                str(c["length"]), stats["time_s"])
+    return passes
+
+
+def merge_reports(reports: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Several calls' JSONs as one report: every cell any call lists (the first's order, then cells new in later
+    calls), each with the last result for it (model, paper, task, length) that no budget skipped."""
+    name, first = reports[0]
+    data = {**first, "cells": [dict(c) for c in first["cells"]]}
+    at = {(c["model"], c["paper"], c["task"], c["length"]): c for c in data["cells"]}
+    for _, other in reports[1:]:
+        for c in other["cells"]:
+            key = (c["model"], c["paper"], c["task"], c["length"])
+            if key not in at:
+                at[key] = dict(c)
+                data["cells"].append(at[key])
+            elif c["result"].get("status", "skipped: budget") != "skipped: budget":
+                at[key]["result"] = c["result"]
+    data["passes"] = passes_of(data["cells"])
+    data["meta"] = {**reports[-1][1]["meta"], "budget_s": sum(r["meta"]["budget_s"] for _, r in reports),
+                    "merged_from": [n for n, _ in reports]}
+    return data
 
 
 def _fmt(x: Any, spec: str = "{:.2f}") -> str:
@@ -55,7 +81,8 @@ def render(data: dict[str, Any]) -> str:
     meta = data["meta"]
     out = [f"# Every paper model's largest cell on one card{' (smoke: tiny configurations)' if meta['smoke'] else ''}",
            "", f"`scripts/bench_gpu_cells.py` on {data['device']}, {meta['date']}; torch {meta['torch']}, "
-           f"transformers {meta['transformers']}, budget {meta['budget_s']:.0f} s. Random weights at each model's "
+           f"transformers {meta['transformers']}, budget {meta['budget_s']:.0f} s"
+           f"{' over ' + str(len(meta['merged_from'])) + ' calls (' + ', '.join(meta['merged_from']) + ')' if meta.get('merged_from') else ''}. Random weights at each model's "
            "real configuration, its real tokenizer's vocabulary size; time per example includes building the "
            "examples (paper A) and is per training sequence at the profile's micro-batch (paper B); peak = "
            "`torch.cuda.max_memory_allocated` over the run, weights included.", ""]

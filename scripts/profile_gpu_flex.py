@@ -1,6 +1,6 @@
 """Why FlexAttention over the offset table is slower than SDPA over its view (docs/gpu.md, "Why not FlexAttention").
 
-On the H200 (``results/bench/gpu.md``) ``lengthx-flex`` took stock SDPA's time, 6-8x lengthx's SDPA over the
+On the H200 (``results/bench/gpu-h200.md``) ``lengthx-flex`` took stock SDPA's time, 6-8x lengthx's SDPA over the
 zero-copy bias view. This script times one encoder attention call at the Flan-T5-XXL shape (64 heads × 64, bf16,
 batch 1, τ = 0.7, paper A §3) in four ways, then runs the profiler over each:
 

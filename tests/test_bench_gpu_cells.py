@@ -137,3 +137,30 @@ def test_resume_keeps_what_an_earlier_run_measured_and_reruns_what_it_skipped(tm
     assert [c["result"] for c in second[:-1]] == [c["result"] for c in earlier["cells"][:-1]]
     assert second[-1]["result"] == {"status": "skipped: budget"}
     assert not (tmp_path / "work" / "models").exists()  # nothing was built
+
+
+def test_merge_joins_calls_keeping_each_cells_last_measured_result(tmp_path):
+    """A session's calls as one report (``--merge``): a later measurement replaces an earlier one, a later budget
+    skip does not, cells only a later call lists are added, and the estimate's passes come from the merged cells."""
+    def cell(model, status, **result):
+        return {"model": model, "paper": "A", "task": "lines", "length": 100, "new_tokens": 0, "algorithm1": False,
+                "result": {"status": status, **result}}
+
+    meta = {"date": "d", "torch": "t", "transformers": "x", "smoke": False, "budget_s": 10.0}
+    base = {"device": "GPU", "measured_by": "scripts/bench_gpu_cells.py", "how": {"encoder": "e"}, "passes": {}}
+    first = {**base, "meta": meta, "cells": [cell("flan-t5-xxl", "ok", encoder_s=2.0, decoder_step_s=0.0),
+                                           cell("flan-t5-xl", "skipped: budget")]}
+    second = {**base, "meta": {**meta, "budget_s": 5.0}, "cells": [
+        cell("flan-t5-xxl", "skipped: budget"), cell("flan-t5-xl", "ok", encoder_s=1.0), cell("gpt2", "skipped: budget")]}
+    paths = [tmp_path / "call1.json", tmp_path / "call2.json"]
+    for path, data in zip(paths, (first, second), strict=True):
+        path.write_text(json.dumps(data))
+    out = tmp_path / "merged.md"
+    assert cells_bench.main(["--merge", *map(str, paths), "--out", str(out)]) == 0
+    merged = json.loads(out.with_suffix(".json").read_text())
+    assert [(c["model"], c["result"]["status"]) for c in merged["cells"]] == [
+        ("flan-t5-xxl", "ok"), ("flan-t5-xl", "ok"), ("gpt2", "skipped: budget")]
+    assert merged["passes"]["encoder"] == {"xxl": {"100": 2.0}, "xl": {"100": 1.0}}
+    assert "decoder_step" not in merged["passes"]  # a step lost in the timing jitter is no cost of 0 s
+    assert merged["meta"]["budget_s"] == 15.0 and "over 2 calls (call1.json, call2.json)" in out.read_text()
+    assert cells_bench.main(["--merge", str(tmp_path / "call9.json"), "--out", str(out)]) == 2

@@ -43,7 +43,7 @@ def test_algorithm1_calibration_passes_are_counted(table4):
 def test_the_paper_estimate_names_its_card_sources_and_what_it_never_measured(table4):
     lines = estimate_lines(table4, "paper", gpu_costs(cells=None))
     text = "\n".join(lines)
-    assert "NVIDIA H200" in text and "GPU-hours" in text and "measured encoder: gpu.json" in text
+    assert "NVIDIA H200" in text and "GPU-hours" in text and "measured encoder: gpu-h200.json" in text
     assert "unmeasured: " in text and "encoder passes of large" in text and "decoder steps (at most) of xxl" in text
     total = estimate_totals(table4, gpu_costs(cells=None))["total"]
     assert total.cells == 2 * 4 * 16 and 0 < total.seconds

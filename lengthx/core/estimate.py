@@ -3,7 +3,8 @@ passes it needs (its evaluation, and Algorithm 1's calibration: one reference pa
 example, then one pass per calibration example at each τ the search tries, paper A §4), and the seconds those
 passes take on one named device, from costs measured on that device:
 
-- ``results/bench/gpu.json`` (``scripts/bench_gpu.py``, docs/gpu.md): the paper models' shapes on a GPU;
+- ``results/bench/gpu-h200.json`` (``scripts/bench_gpu.py``, docs/gpu.md): the paper models' shapes on a GPU, the
+  run that measured all four items (every length of item 1 and Algorithm 1's passes);
 - ``results/bench/gpu-cells.json`` (``scripts/bench_gpu_cells.py``, docs/gpu.md), where it exists: each paper
   model's encoder (prefill) pass, decoder step or pass and statistics pass at its longest paper setting;
 - ``results/bench/estimate_costs.json`` (``scripts/estimate_check.py``): the minis on a CPU, one thread.
@@ -24,7 +25,7 @@ from lengthx.alignment.algorithm1 import PAPER_TAU_MIN, temperature_grid
 from lengthx.core.cells import Cell
 
 BENCH = Path(__file__).resolve().parents[2] / "results" / "bench"
-GPU_COSTS, GPU_CELLS, CPU_COSTS = BENCH / "gpu.json", BENCH / "gpu-cells.json", BENCH / "estimate_costs.json"
+GPU_COSTS, GPU_CELLS, CPU_COSTS = BENCH / "gpu-h200.json", BENCH / "gpu-cells.json", BENCH / "estimate_costs.json"
 # the paper models of the shapes scripts/bench_gpu.py measures (its SHAPES: the T5 v1.1 / Flan-T5 sizes)
 PAPER_SHAPES = {"flan-t5-large": "large", "t5-large-lm": "large", "flan-t5-xl": "xl", "t5-xl-lm": "xl",
                 "flan-t5-xxl": "xxl", "t5-xxl-lm": "xxl"}
