@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The benchmark calls on a lent GPU (docs/gpu.md, "The benchmark calls"): each step alone on the GPU, in order.
-#   PHASE=1 (about 9.5 minutes): the Triton kernel's tests compiled on CUDA and the CUDA tests of the attention
+#   PHASE=1 (about 9.5 minutes): the Triton kernel's tests compiled on CUDA (each new shape autotunes six
+#           configurations, so the file takes minutes) and the CUDA tests of the attention
 #           paths; scripts/bench_gpu_triton.py (the one-pass statistics against lengthx-sdpa, XXL shape);
 #           scripts/bench_gpu.py items 1-2 at 8k and 15k (gpu.md, now with the lengthx+triton row); then
 #           scripts/bench_gpu_cells.py (every paper model's largest cell, largest first) with what time is left.
@@ -30,7 +31,7 @@ if [ "$PHASE" = 1 ]; then
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >$R/nvidia-smi.txt 2>&1
   python3 -c "import torch, transformers, triton; print('torch', torch.__version__, 'transformers', \
 transformers.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" 2>&1 | tee $R/versions.txt
-  timeout 80 python3 -m pytest -q -p no:cacheprovider tests/test_triton_stats.py >$R/pytest-triton.log 2>&1
+  timeout 170 python3 -m pytest -q -p no:cacheprovider tests/test_triton_stats.py >$R/pytest-triton.log 2>&1
   timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_efficient_attention.py -k cuda \
     >$R/pytest-cuda.log 2>&1
   tail -n 2 $R/pytest-triton.log $R/pytest-cuda.log
