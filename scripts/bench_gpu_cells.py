@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ for _entry in (ROOT, ROOT / "scripts"):
 
 import torch  # noqa: E402
 from bench_gpu_cells_models import ARCH, CONF, _yaml, arch_key, build_dir, entry, size  # noqa: E402
-from bench_gpu_cells_report import STEP_TOKENS, merge_reports, render, report_data  # noqa: E402
+from bench_gpu_cells_report import STEP_TOKENS, cell_key, measured, merge_reports, render, report_data  # noqa: E402
 from bench_gpu_core import free_device  # noqa: E402
 
 SMOKE = dict(length=256, l_t=32, examples=1, steps=2)
@@ -239,8 +239,8 @@ class Bench:
         built: dict[str, dict[str, Any]] = {}
         for k, cell in enumerate(cells):
             self.cells.append(cell)
-            if (cell.model, cell.paper, cell.task, cell.length) in done:
-                cell.result = done[(cell.model, cell.paper, cell.task, cell.length)]
+            if cell_key(asdict(cell)) in done:
+                cell.result = done[cell_key(asdict(cell))]
                 continue
             if self.left() < self.args.reserve_s:
                 cell.result = {"status": "skipped: budget"}
@@ -270,8 +270,7 @@ class Bench:
         if path is None or not path.is_file():
             return {}
         cells = json.loads(path.read_text()).get("cells", [])
-        return {(c["model"], c["paper"], c["task"], c["length"]): c["result"] for c in cells
-                if c.get("result", {}).get("status", "skipped: budget") != "skipped: budget"}
+        return {cell_key(c): c["result"] for c in cells if measured(c.get("result", {}))}
 
     def save(self) -> None:
         out = Path(self.args.out)

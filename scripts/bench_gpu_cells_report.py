@@ -52,20 +52,29 @@ def passes_of(cells: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, floa
     return passes
 
 
+def cell_key(cell: dict[str, Any]) -> tuple[str, str, str, int]:
+    """What identifies a cell across calls: model, paper, task (or training run) and length."""
+    return cell["model"], cell["paper"], cell["task"], cell["length"]
+
+
+def measured(result: dict[str, Any]) -> bool:
+    """Whether a call measured the cell (or saw it fail), as opposed to skipping it for its budget."""
+    return result.get("status", "skipped: budget") != "skipped: budget"
+
+
 def merge_reports(reports: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     """Several calls' JSONs as one report: every cell any call lists (the first's order, then cells new in later
     calls), each with the last result for it (model, paper, task, length) that no budget skipped."""
-    name, first = reports[0]
+    first = reports[0][1]
     data = {**first, "cells": [dict(c) for c in first["cells"]]}
-    at = {(c["model"], c["paper"], c["task"], c["length"]): c for c in data["cells"]}
+    at = {cell_key(c): c for c in data["cells"]}
     for _, other in reports[1:]:
         for c in other["cells"]:
-            key = (c["model"], c["paper"], c["task"], c["length"])
-            if key not in at:
-                at[key] = dict(c)
-                data["cells"].append(at[key])
-            elif c["result"].get("status", "skipped: budget") != "skipped: budget":
-                at[key]["result"] = c["result"]
+            if cell_key(c) not in at:
+                at[cell_key(c)] = dict(c)
+                data["cells"].append(at[cell_key(c)])
+            elif measured(c["result"]):
+                at[cell_key(c)]["result"] = c["result"]
     data["passes"] = passes_of(data["cells"])
     data["meta"] = {**reports[-1][1]["meta"], "budget_s": sum(r["meta"]["budget_s"] for _, r in reports),
                     "merged_from": [n for n, _ in reports]}
