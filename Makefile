@@ -8,7 +8,7 @@ export TOKENIZERS_PARALLELISM := false
 # The suite runs in one process per core (pytest-xdist, at most 4), each test file in one of them, one thread each.
 PYTEST_PARALLEL ?= -n auto --maxprocesses 4 --dist loadfile
 
-.PHONY: gpu-study-carry install test test-fast test-triton demo bench gpu-wheels bench-gpu tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5 mini-t5-lm mini-t5-lm-study mini-t5-study mini-t5-counts-study lint clean
+.PHONY: gpu-study-carry install test test-fast test-triton demo bench gpu-wheels bench-gpu tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5 mini-t5-lm mini-t5-lm-study mini-t5-study mini-t5-counts-study mini-t5-lookup-study lint clean
 
 install: $(VENV)/.installed
 
@@ -234,6 +234,24 @@ mini-t5-counts-study: install
 mini-t5: install
 	$(call counts_train,0 1)
 	$(BIN)/python scripts/study_mini_t5_counts.py --ship lengthx/checkpoints/mini-t5
+
+# The lookup stand-in study (docs/mini-t5-study.md, third study): variants W (from the shipped mini-t5) and S (from
+# random weights) on lines records in the short format (half multi-query, the key echoed) beside passkey and
+# first-of-K topics, 20,000 steps each on one thread, fp16 snapshots every 2,000 steps committed to
+# results/mini-t5-lookup/snapshots/<variant>. Resumable; a variant whose last snapshot is committed, or whose
+# training stopped at the gate, is not trained again.
+LOOKUP_VARIANTS ?= warm scratch
+LOOKUP_RECIPE := --device cpu --d-model 128 --d-kv 32 --heads 4 --d-ff 512 --enc-layers 3 --dec-layers 2 \
+	--batch-size 32 --w-passkey 0.25 --w-lines 0.5 --w-topics 0.25 --topics-records counts --topics-k-max 6 \
+	--topics-format short --card-counts 1,2,3,4,5 --lines-records lookup --lines-multi 0.5 --lines-format short \
+	--card-lines 2,6,10,11,12 --gate 0.9 --gate-window 1000 --gate-minutes 0 --warmup 100 --max-minutes 0 \
+	--max-steps 20000 --export-steps 2000,4000,6000,8000,10000,12000,14000,16000,18000,20000 --log-every 100 \
+	--eval-every 500 --eval-n 16 --final-n 50 --final-lengths 256 --seed 0 --stop-at-gate
+mini-t5-lookup-study: install
+	for v in $(LOOKUP_VARIANTS); do test -f results/mini-t5-lookup/snapshots/$$v/step-20000/README.md && continue; \
+		init=; if [ $$v = warm ]; then init="--init-from lengthx/checkpoints/mini-t5"; fi; \
+		OMP_NUM_THREADS=1 nice $(BIN)/python scripts/train_mini_t5.py $(LOOKUP_RECIPE) $$init \
+		--out results/mini-t5-lookup/train/$$v --snapshots-to results/mini-t5-lookup/snapshots/$$v || exit 1; done
 
 mini-t5-lm-study: install
 	$(BIN)/python scripts/train_mini_t5_lm.py --out runs/mini-t5-lm-h8 --heads 8 --steps 2000 --snapshots 1000 --export runs/mini-t5-lm-h8/export

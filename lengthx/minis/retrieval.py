@@ -38,14 +38,15 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast, T5Config, T5For
 from lengthx.minis.export import export_fp16
 from lengthx.minis.loop import Box, TrainingLoop, log
 from lengthx.minis.retrieval_args import parse_args
-from lengthx.minis.retrieval_card import card_counts, model_card, trained_tasks
+from lengthx.minis.retrieval_card import card_counts, card_lines, model_card, retrieval_bar, trained_tasks
 from lengthx.minis.retrieval_data import TASKS, Curriculum, Mixture
 from lengthx.minis.retrieval_eval import exact_match, held_out
 from lengthx.tasks.token_ids import IGNORE, IdBatch
 
 
 def build_model(args: argparse.Namespace, tok: PreTrainedTokenizerFast) -> T5ForConditionalGeneration:
-    """A randomly initialised T5 (from torch's global generator) of the recipe's shape, dropout off."""
+    """A randomly initialised T5 (from torch's global generator) of the recipe's shape, dropout off; with
+    ``--init-from``, that checkpoint's weights (its shape must be the recipe's)."""
     config = T5Config(
         vocab_size=len(tok), d_model=args.d_model, d_kv=args.d_kv, d_ff=args.d_ff, num_layers=args.enc_layers,
         num_decoder_layers=args.dec_layers, num_heads=args.heads, relative_attention_num_buckets=32,
@@ -54,6 +55,16 @@ def build_model(args: argparse.Namespace, tok: PreTrainedTokenizerFast) -> T5For
         decoder_start_token_id=tok.pad_token_id,
     )
     model = T5ForConditionalGeneration(config)
+    if getattr(args, "init_from", None) is not None:
+        start = T5ForConditionalGeneration.from_pretrained(str(args.init_from), dtype=torch.float32,
+                                                           trust_remote_code=False)
+        shape = ("d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads", "vocab_size",
+                 "relative_attention_max_distance", "feed_forward_proj")
+        differ = [k for k in shape if getattr(start.config, k) != getattr(config, k)]
+        if differ:
+            raise SystemExit(f"--init-from {args.init_from}: its {', '.join(differ)} differ from the recipe's. Fix: "
+                             "the recipe's shape options as that checkpoint's config.json has them")
+        model.load_state_dict(start.state_dict())
     model.generation_config.decoder_start_token_id = tok.pad_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
     model.generation_config.eos_token_id = tok.eos_token_id
@@ -108,16 +119,17 @@ class RetrievalRecipe:
         """Zero the running sums of the curve's next row (on the device: no synchronisation per step)."""
         zeros = lambda n: torch.zeros(n, device=self.device)  # noqa: E731
         self.window = {"loss": zeros(3), "exact": zeros(3), "n": zeros(3), "lines_exact": zeros(64),
-                       "lines_n": zeros(64), "t": time.time(), "examples": 0}
+                       "lines_n": zeros(64), "multi_exact": zeros(64), "multi_n": zeros(64), "t": time.time(),
+                       "examples": 0}
 
     # ------------------------------------------------------------------------------------- the Recipe
     def lr(self, loop: TrainingLoop) -> float:
         return lr_at(loop.step, loop.progress, self.args)
 
     def loss(self, step: int) -> torch.Tensor:
-        batch, task, n_lines = self.mix.batch(step, self.curriculum.lines_count, self.gen)
+        batch, task, n_lines, multi = self.mix.batch(step, self.curriculum.lines_count, self.gen)
         loss, exact = teacher_forced(self.fwd, batch)
-        self._last = (task, n_lines, loss.detach(), exact)
+        self._last = (task, n_lines, loss.detach(), exact, multi)
         return loss.mean()
 
     def state_parts(self) -> dict[str, Any]:
@@ -129,16 +141,18 @@ class RetrievalRecipe:
 
     def after_step(self, loop: TrainingLoop) -> None:
         args, state, w = self.args, loop.state, self.window
-        task, n_lines, loss, exact = self._last
+        task, n_lines, loss, exact, multi = self._last
         state["examples"] += len(task)
         w["examples"] += len(task)
         with torch.no_grad():
             for key, value in (("loss", loss), ("exact", exact.float()), ("n", torch.ones_like(loss))):
                 w[key].index_add_(0, task, value)
-            lines_rows = task == TASKS.index("lines")
+            lines_rows = (task == TASKS.index("lines")) & ~multi  # single-question records: the benchmark's
+            multi_rows = (task == TASKS.index("lines")) & multi
             n_lines = n_lines.clamp(max=63)
-            w["lines_exact"].index_add_(0, n_lines[lines_rows], exact[lines_rows].float())
-            w["lines_n"].index_add_(0, n_lines[lines_rows], torch.ones_like(loss[lines_rows]))
+            for key, rows in (("lines", lines_rows), ("multi", multi_rows)):
+                w[f"{key}_exact"].index_add_(0, n_lines[rows], exact[rows].float())
+                w[f"{key}_n"].index_add_(0, n_lines[rows], torch.ones_like(loss[rows]))
         self.curriculum.update(n_lines[lines_rows], exact[lines_rows])
         if loop.step % 25 == 0 and self.curriculum.advance(loop.step):
             stage = "full records" if self.curriculum.full else self.curriculum.stage
@@ -153,7 +167,10 @@ class RetrievalRecipe:
             loop.save()
             with loop.untimed():
                 export_fp16(self.model, self.tok, self.snapshot_dir(loop.step))
-                self.finish(loop, self.snapshot_dir(loop.step), [args.l_tr], also=[])
+                final = self.finish(loop, self.snapshot_dir(loop.step), [args.l_tr], also=[])
+            if args.stop_at_gate and retrieval_bar(args, final)[1]:
+                state["stopped"] = f"the snapshot at step {loop.step} meets the bar at L_tr (--stop-at-gate)"
+                log(state["stopped"])
 
     def _log_row(self, loop: TrainingLoop) -> None:
         w = self.window
@@ -168,6 +185,9 @@ class RetrievalRecipe:
             "em_by_lines": {k: round(e / c, 3) for k, (e, c) in
                             enumerate(zip(w["lines_exact"].tolist(), w["lines_n"].tolist(), strict=True)) if c > 0},
         }
+        if self.mix.lookup is not None:  # multi-query records: EM of the whole target, by lines kept
+            row["em_multi_by_lines"] = {k: round(e / c, 3) for k, (e, c) in enumerate(
+                zip(w["multi_exact"].tolist(), w["multi_n"].tolist(), strict=True)) if c > 0}
         if loop.step % self.args.eval_every == 0:
             with loop.untimed():  # evaluation time is not training time
                 row["held_out"] = exact_match(self.model, self.tok, self.eval_sets)
@@ -180,16 +200,17 @@ class RetrievalRecipe:
         """Where the snapshot exported at ``step`` lives (``--export-steps``)."""
         return (self.args.snapshots_to or self.args.out / "snapshots") / f"step-{step:05d}"
 
-    def finish(self, loop: TrainingLoop, exported: Path, lengths: list[int], also: list[Path]) -> None:
+    def finish(self, loop: TrainingLoop, exported: Path, lengths: list[int], also: list[Path]) -> dict[str, float]:
         """Held-out EM of the exported fp16 weights in ``exported`` at each of ``lengths`` (the trained tasks);
-        model card and curve beside them, and copies in ``also``."""
+        model card and curve beside them, and copies in ``also``. Returns the held-out EM by set."""
         args, tok, state = self.args, self.tok, loop.state
         model = T5ForConditionalGeneration.from_pretrained(str(exported), dtype=torch.float32,
                                                           trust_remote_code=False).to(self.device).eval()
         final: dict[str, float] = {}
         for length in lengths:
             sets = held_out(tok, length, args.final_n, args.final_seed, trained_tasks(args), args.topics_format,
-                            card_counts(args) if length == args.l_tr else ())
+                            card_counts(args) if length == args.l_tr else (), args.lines_format,
+                            card_lines(args) if length == args.l_tr else ())
             for name, value in exact_match(model, tok, sets).items():
                 final[f"{name}@{length}"] = value
             log(f"final @ {length}: " + ", ".join(f"{k} {v:.0f}%" for k, v in final.items() if k.endswith(f"@{length}")))
@@ -205,6 +226,7 @@ class RetrievalRecipe:
             (target / "curve.json").write_text(json.dumps(summary, indent=1))
             (target / "README.md").write_text(card)  # last: a snapshot with a card is complete
             log(f"exported to {target}")
+        return final
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"curriculum stage {recipe.curriculum.stage}")
     log(f"device {hardware}; {sum(p.numel() for p in recipe.model.parameters()) / 1e6:.2f}M parameters")
     recipe.eval_sets = held_out(tok, args.l_tr, args.eval_n, args.eval_seed, trained_tasks(args), args.topics_format,
-                                card_counts(args))
+                                card_counts(args), args.lines_format, card_lines(args))
     loop.run()
     export_fp16(recipe.model, tok, args.out / "export")
     log(f"stopped at step {loop.step}, {loop.minutes:.1f} min: {loop.state['stopped'] or 'time or step box'}")

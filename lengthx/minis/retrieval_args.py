@@ -77,4 +77,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(counts records) and in the card's held-out sets")
     p.add_argument("--card-counts", default="", help="comma-separated conversation counts K: the card and the "
                    "held-out evaluations also measure topics records of exactly K conversations at L_tr")
+    p.add_argument("--lines-records", choices=("ids", "lookup"), default="ids",
+                   help="ids: the benchmark's lines records as token ids; lookup: records built as text, the asked key "
+                        "echoed in the target, --lines-multi of them multi-query (lengthx.minis.lookup_data)")
+    p.add_argument("--lines-multi", type=float, default=0.5, help="share of lookup records that ask for every line")
+    p.add_argument("--lines-format", choices=("longeval", "short"), default="longeval",
+                   help="the lines prompt's header (lengthx.tasks.lines.FORMATS), in training (lookup records) and in "
+                        "the card's held-out sets")
+    p.add_argument("--lookup-label-width", type=int, default=224, help="decoder labels of a multi-query target")
+    p.add_argument("--card-lines", default="", help="comma-separated line counts N: the card and the held-out "
+                   "evaluations also measure records of exactly N lines at L_tr (lines-n<N>)")
+    p.add_argument("--stop-at-gate", action="store_true",
+                   help="stop after the first --export-steps snapshot whose card meets the bar at L_tr")
+    p.add_argument("--init-from", type=Path, default=None,
+                   help="start from this checkpoint's weights (a mini-t5 export of the same shape), not at random")
     return p.parse_args(argv)

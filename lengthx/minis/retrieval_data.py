@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerFast
 
+from lengthx.minis.lookup_data import LookupRecords
 from lengthx.tasks.token_ids import IGNORE, IdBatch, LinesIds, PasskeyIds, TopicsIds
 from lengthx.tasks.topics import TopicsTask, generate_conversations
 
@@ -27,7 +28,7 @@ class Mixture:
     """One training batch: fixed shares of passkey, lines (at the curriculum's line counts) and topics."""
 
     def __init__(self, tok: PreTrainedTokenizerFast, args: argparse.Namespace, device: torch.device):
-        self.gens = {"passkey": PasskeyIds(tok, args.l_tr, device), "lines": LinesIds(tok, args.l_tr, device),
+        self.gens = {"passkey": PasskeyIds(tok, args.l_tr, device), "lines": LinesIds(tok, args.l_tr, device, getattr(args, "lines_format", "longeval")),
                      "topics": TopicsIds(tok, args.l_tr, device)}
         shares = {"passkey": args.w_passkey, "lines": args.w_lines, "topics": args.w_topics}
         total = sum(shares.values())
@@ -36,6 +37,11 @@ class Mixture:
         self.ramp_steps = args.ramp_steps
         self.device = device
         self.counts = args.topics_records == "counts"  # topics records of 1..k_max conversations, built as text
+        self.lookup = None  # lines records built as text (lengthx.minis.lookup_data), with --lines-records lookup
+        if getattr(args, "lines_records", "ids") == "lookup" and "lines" in self.sizes:
+            self.label_width = max(self.label_width, args.lookup_label_width)
+            self.lookup = LookupRecords(tok, args.l_tr, args.seed, args.lines_multi, args.lines_format,
+                                        self.label_width, device)
         if self.counts:
             self.tok, self.l_tr, self.k_max, self.seed = tok, args.l_tr, args.topics_k_max, args.seed
             self.topics = TopicsTask(prompt_format=args.topics_format)
@@ -60,16 +66,26 @@ class Mixture:
             labels[i, : len(ids)] = torch.tensor(ids)
         return IdBatch(enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device), labels.to(self.device))
 
-    def batch(self, step: int, lines_count: int, gen: torch.Generator) -> tuple[IdBatch, torch.Tensor, torch.Tensor]:
-        """(batch, task index per example, lines kept per example (0 for other tasks))."""
+    def batch(self, step: int, lines_count: int,
+              gen: torch.Generator) -> tuple[IdBatch, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(batch, task index per example, lines kept per example (0 for other tasks), whether each example is a
+        multi-query lines record)."""
         ramp = 1.0 if self.ramp_steps <= 0 else min(1.0, (step + 1) / self.ramp_steps)
         parts, task, n_lines = [], [], []
+        multi = torch.zeros(sum(self.sizes.values()), dtype=torch.bool, device=self.device)
+        row = 0
         for t, size in self.sizes.items():
             if t == "lines":
                 exact = torch.rand(size, generator=gen, device=self.device) < 0.5
                 below = torch.randint(1, lines_count + 1, (size,), generator=gen, device=self.device)
-                b = self.gens[t].sample(size, torch.where(exact, lines_count, below), gen)
-                n_lines.append(b.draw["n_lines"])
+                asked = torch.where(exact, lines_count, below)
+                if self.lookup is not None:
+                    b, kept, is_multi = self.lookup.sample(step, asked.tolist())
+                    multi[row : row + size] = is_multi
+                    n_lines.append(kept)
+                else:
+                    b = self.gens[t].sample(size, asked, gen)
+                    n_lines.append(b.draw["n_lines"])
             elif t == "topics" and self.counts:
                 b = self.topics_by_count(step, size)
                 n_lines.append(torch.zeros(size, dtype=torch.long, device=self.device))
@@ -78,13 +94,16 @@ class Mixture:
                 n_lines.append(torch.zeros(size, dtype=torch.long, device=self.device))
             parts.append(b)
             task.append(torch.full((size,), TASKS.index(t), dtype=torch.long, device=self.device))
+            row += size
         labels = torch.full((sum(self.sizes.values()), self.label_width), IGNORE, dtype=torch.long, device=self.device)
         row = 0
         for b in parts:
             labels[row : row + len(b.labels), : b.labels.shape[1]] = b.labels[:, : self.label_width]
             row += len(b.labels)
+        if self.lookup is not None:  # multi-query targets are long: no decoder steps past the batch's longest
+            labels = labels[:, : int((labels != IGNORE).sum(1).max())]
         batch = IdBatch(torch.cat([b.input_ids for b in parts]), torch.cat([b.attention_mask for b in parts]), labels)
-        return batch, torch.cat(task), torch.cat(n_lines)
+        return batch, torch.cat(task), torch.cat(n_lines), multi
 
 
 class Curriculum:

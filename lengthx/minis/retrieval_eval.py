@@ -15,20 +15,40 @@ from lengthx.tasks.passkey import PasskeyTask
 from lengthx.tasks.topics import TopicsTask
 
 EVAL_TASKS = {"passkey": PasskeyTask, "lines": LinesTask, "topics": TopicsTask}
-MAX_NEW = {"passkey": 8, "lines": 8, "topics": 24}
+MAX_NEW = {"passkey": 8, "lines": 24, "topics": 24}  # lines: room for the lookup stand-in's echo of the key
 
 
 def held_out(tok: PreTrainedTokenizerFast, length: int, n: int, seed: int,
              names: tuple[str, ...] = TASKS, topics_format: str = "longeval",
-             counts: tuple[int, ...] = ()) -> dict[str, tuple[Any, list]]:
+             counts: tuple[int, ...] = (), lines_format: str = "longeval",
+             lines_counts: tuple[int, ...] = ()) -> dict[str, tuple[Any, list]]:
     """The harness's own examples (task classes, token-fitted with this tokenizer) at ``length`` tokens; topics in
-    ``topics_format``, and ``topics-k<K>`` sets of exactly K conversations for each of ``counts``."""
+    ``topics_format``, and ``topics-k<K>`` sets of exactly K conversations for each of ``counts``; lines in
+    ``lines_format``, and ``lines-n<N>`` sets of exactly N lines in at most ``length`` tokens for each of
+    ``lines_counts``."""
     setting = Setting(str(length), length, "tokens")
-    tasks = {name: EVAL_TASKS[name]() for name in names if name != "topics"}
+    tasks = {name: EVAL_TASKS[name]() for name in names if name not in ("topics", "lines")}
+    sets: dict[str, tuple[Any, list]] = {}
+    if "lines" in names:
+        tasks["lines"] = LinesTask(prompt_format=lines_format)
+        for k in lines_counts:
+            sets[f"lines-n{k}"] = (tasks["lines"], lines_exactly(tok, tasks["lines"], k, length, n, seed))
     if "topics" in names:
         tasks["topics"] = TopicsTask(prompt_format=topics_format)
         tasks.update({f"topics-k{k}": TopicsTask(prompt_format=topics_format, num_topics=k) for k in counts})
-    return {name: (task, task.examples(setting, tok, n, seed)) for name, task in tasks.items()}
+    return {**{name: (task, task.examples(setting, tok, n, seed)) for name, task in tasks.items()}, **sets}
+
+
+def lines_exactly(tok: PreTrainedTokenizerFast, task: LinesTask, k: int, length: int, n: int, seed: int) -> list:
+    """``n`` lines examples of exactly ``k`` lines whose prompts fit ``length`` tokens: the task's own examples of
+    ``k`` lines at consecutive example seeds, those too long skipped."""
+    out: list = []
+    for block in range(100):
+        batch = task.examples(Setting(str(k), k, "lines"), tok, 4 * n, seed + 7919 * k + block)
+        out += [e for e in batch if e.actual_tokens <= length][: n - len(out)]
+        if len(out) == n:
+            return out
+    raise ValueError(f"records of {k} lines rarely fit {length} tokens: found {len(out)} of {n}")
 
 
 @torch.no_grad()

@@ -45,6 +45,14 @@ QUESTION_TEMPLATE = (
 )
 
 
+# The mini profile's short format (``task.format=short``): the benchmark's first and last header sentences, without
+# the three instruction sentences between them, so that about twelve lines fit the lookup stand-in's L_tr of 256
+# tokens (the longeval header and question alone take about 150 of them). Lines and question are the benchmark's.
+# Training and evaluation of the stand-in use it (docs/mini-t5-study.md); profile=paper refuses it.
+SHORT_HEADER = "Below is a record of lines I want you to remember. Now the record start:\n\n"
+FORMATS = {"longeval": HEADER, "short": SHORT_HEADER}
+
+
 MAX_VALUE = 50000
 
 
@@ -178,16 +186,16 @@ def line_index_vocabulary() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return clean(adjectives), clean(nouns)
 
 
-def lines_prompt(pairs: list[tuple[str, int]], query_idx: str) -> str:
+def lines_prompt(pairs: list[tuple[str, int]], query_idx: str, fmt: str = "longeval") -> str:
     """The LongEval lines prompt for ``pairs`` of (line index, REGISTER_CONTENT), asking for ``query_idx``.
 
     docs/design.md §10: header, then one ``"line {idx}: REGISTER_CONTENT is <{n}>\\n"`` per pair, then the
-    question. ``query_idx`` must be one of the indices.
+    question. ``query_idx`` must be one of the indices; ``fmt`` picks the header (:data:`FORMATS`).
     """
     if query_idx not in {idx for idx, _ in pairs}:
         raise ValueError(f"query_idx {query_idx!r} is not a line index of the record")
     body = "".join(LINE_TEMPLATE.format(idx=idx, n=n) for idx, n in pairs)
-    return HEADER + body + QUESTION_TEMPLATE.format(idx=query_idx)
+    return FORMATS[fmt] + body + QUESTION_TEMPLATE.format(idx=query_idx)
 
 
 @dataclass(frozen=True)
@@ -196,6 +204,7 @@ class LinesCase:
 
     pairs: tuple[tuple[str, int], ...]
     query: int  # position of the asked line in ``pairs``
+    fmt: str = "longeval"  # the header (:data:`FORMATS`)
 
     @property
     def query_idx(self) -> str:
@@ -210,7 +219,7 @@ class LinesCase:
     @property
     def prompt(self) -> str:
         """The full prompt of this case."""
-        return lines_prompt(list(self.pairs), self.query_idx)
+        return lines_prompt(list(self.pairs), self.query_idx, self.fmt)
 
 
 def random_line_indices(n: int, rng: random.Random) -> list[str]:
@@ -232,14 +241,14 @@ def random_line_indices(n: int, rng: random.Random) -> list[str]:
     return [f"{a}-{b}" for a, b in zip(adjectives[:n], nouns[:n], strict=True)]
 
 
-def lines_case(n_lines: int, rng: random.Random) -> LinesCase:
+def lines_case(n_lines: int, rng: random.Random, fmt: str = "longeval") -> LinesCase:
     """One case with ``n_lines`` lines: indices without a repeated word, values uniform in 1..50000, asked line
-    uniform."""
+    uniform; its prompt in ``fmt``."""
     if n_lines < 1:
         raise ValueError("n_lines must be at least 1")
     indices = random_line_indices(n_lines, rng)
     pairs = tuple((idx, rng.randint(1, MAX_VALUE)) for idx in indices)
-    return LinesCase(pairs=pairs, query=rng.randrange(n_lines))
+    return LinesCase(pairs=pairs, query=rng.randrange(n_lines), fmt=fmt)
 
 
 def lines_cases(n: int, n_lines: int, seed: int) -> list[LinesCase]:
@@ -248,18 +257,18 @@ def lines_cases(n: int, n_lines: int, seed: int) -> list[LinesCase]:
     return [lines_case(n_lines, rng) for _ in range(n)]
 
 
-def lines_case_at(n_lines: int, seed: int) -> LinesCase:
+def lines_case_at(n_lines: int, seed: int, fmt: str = "longeval") -> LinesCase:
     """The case of ``n_lines`` lines drawn from ``random.Random(seed)``.
 
     For one seed, the line indices of the case with ``n`` lines are the first ``n`` of the case with more
     lines (values and the asked line are redrawn), so its token count grows with ``n_lines``; this is what
     makes fitting by bisection (``fit_lines_case``) well defined.
     """
-    return lines_case(n_lines, random.Random(seed))
+    return lines_case(n_lines, random.Random(seed), fmt)
 
 
 def fit_lines_case(
-    seed: int, count_tokens: Callable[[str], int], max_tokens: int, max_lines: int = 2000
+    seed: int, count_tokens: Callable[[str], int], max_tokens: int, max_lines: int = 2000, fmt: str = "longeval"
 ) -> LinesCase:
     """The case of ``seed`` with the most lines whose prompt has at most ``max_tokens`` tokens.
 
@@ -268,12 +277,12 @@ def fit_lines_case(
     the vocabulary has adjectives and nouns); the asked line
     stays uniform over the kept lines. Raises ``ValueError`` if even one line does not fit.
     """
-    if count_tokens(lines_case_at(1, seed).prompt) > max_tokens:
+    if count_tokens(lines_case_at(1, seed, fmt).prompt) > max_tokens:
         raise ValueError(f"a one-line record already exceeds {max_tokens} tokens")
     max_lines = min(max_lines, *map(len, line_index_vocabulary()))  # no word repeats within a record
     # hi = max_lines + 1 stands for "past max_lines", never tried
-    lo = bisect_largest(lambda n: count_tokens(lines_case_at(n, seed).prompt) <= max_tokens, 1, max_lines + 1)
-    return lines_case_at(lo, seed)
+    lo = bisect_largest(lambda n: count_tokens(lines_case_at(n, seed, fmt).prompt) <= max_tokens, 1, max_lines + 1)
+    return lines_case_at(lo, seed, fmt)
 
 
 def case_seed(seed: int, i: int) -> int:
@@ -293,8 +302,10 @@ class LinesTask:
     units = ("lines", "tokens")  # what task.unit may name (the unit of explicit task.settings)
 
     def __init__(self, max_new_tokens: int = 100, max_lines: int = 2000, testcases_dir: str | None = None,
-                 seed: int = 0):
-        self.max_new_tokens = max_new_tokens
+                 seed: int = 0, prompt_format: str = "longeval"):
+        if prompt_format not in FORMATS:
+            raise ValueError(f"task.format={prompt_format}: no such lines format. Fix: one of {', '.join(FORMATS)}")
+        self.max_new_tokens, self.prompt_format = max_new_tokens, prompt_format
         self.max_lines = max_lines
         self.testcases_dir, self.seed = testcases_dir, int(seed)
 
@@ -333,10 +344,11 @@ class LinesTask:
         for i in range(n):
             s = case_seed(seed, i)
             if setting.unit == "lines":
-                case, requested = lines_case_at(setting.value, s), None
+                case, requested = lines_case_at(setting.value, s, self.prompt_format), None
             elif setting.unit == "tokens":
                 requested = setting.value
-                case = fit_lines_case(s, lambda p: count_tokens(tokenizer, p), requested, self.max_lines)
+                case = fit_lines_case(s, lambda p: count_tokens(tokenizer, p), requested, self.max_lines,
+                                      self.prompt_format)
             else:
                 raise ValueError(f"lines settings are in lines or tokens, not {setting.unit!r}")
             prompt = case.prompt

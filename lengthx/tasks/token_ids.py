@@ -167,13 +167,14 @@ class LinesIds:
     adjective and no noun repeated within a record, values uniform in 1..50000, the asked line uniform among the record's lines. ``sample`` asks for a number
     of lines per example and keeps the longest prefix of them that fits ``l_max`` tokens."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, l_max: int, device: torch.device | str = "cpu"):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, l_max: int, device: torch.device | str = "cpu",
+                 fmt: str = "longeval"):
         self.l_max, self.device = l_max, device
         self.adjectives, self.nouns = lines.line_index_vocabulary()
         before, after = lines.QUESTION_TEMPLATE.split("{idx}")
         line_head, line_tail = lines.LINE_TEMPLATE.split("{idx}")
         mid, end = line_tail.split("{n}")
-        self.header = ids_after(tokenizer, "", lines.HEADER)
+        self.header = ids_after(tokenizer, "", lines.FORMATS[fmt])
         self.line = ids_after(tokenizer, "\n", line_head.rstrip())  # "line"; the space goes with the index
         self.dash = ids_after(tokenizer, "a", "-")
         self.mid = ids_after(tokenizer, "a", mid.rstrip("<"))  # ": REGISTER_CONTENT is "

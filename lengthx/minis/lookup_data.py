@@ -1,0 +1,83 @@
+"""The lookup stand-in's lines records (docs/mini-t5-study.md, "The lookup stand-in"): LongEval lines records at L_tr
+built as text, single-question or multi-query.
+
+* **Single-question** records are the benchmark's (:func:`lengthx.tasks.lines.lines_prompt`, in the recipe's
+  format); the target *echoes the asked key* before its number: ``"<idx> is <n>"``. The benchmark scores the last
+  integer of the output, so the echo costs nothing at evaluation, and it puts the key in the decoder, where the
+  multi-query records train the lookup.
+* **Multi-query** records ask for every kept line, in a random order, in one question; the target answers each in
+  turn, ``"<idx1> is <n1>. <idx2> is <n2>. …"``: one supervised lookup per line instead of one per record (the
+  dense signal of multi-query associative recall; Arora et al. 2023, "Zoology").
+
+Records are drawn from a generator seeded by (seed, step), so a resumed run draws the same records. A record asks
+for ``n`` lines and keeps the longest prefix whose prompt fits L_tr.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+from transformers import PreTrainedTokenizerFast
+
+from lengthx.tasks.lines import FORMATS, LINE_TEMPLATE, MAX_VALUE, QUESTION_TEMPLATE, random_line_indices
+from lengthx.tasks.token_ids import IGNORE, IdBatch
+
+MULTI_QUESTION = "\nNow the record is over. Tell me what is the <REGISTER_CONTENT> in lines {idxs}? I need the numbers."
+
+
+def answer(pairs: list[tuple[str, int]]) -> str:
+    """The target naming each asked line's key and number, in the asked order."""
+    return ". ".join(f"{idx} is {n}" for idx, n in pairs) + ("." if len(pairs) > 1 else "")
+
+
+def lookup_record(tok: PreTrainedTokenizerFast, l_tr: int, n_lines: int, multi: bool, rng: random.Random,
+                  fmt: str = "short") -> tuple[str, str, int]:
+    """(prompt, target, lines kept): a record asking for ``n_lines`` lines, cut to the longest prefix that fits."""
+    keys = random_line_indices(n_lines, rng)
+    pairs = [(k, rng.randint(1, MAX_VALUE)) for k in keys]
+    order = list(range(n_lines))
+    rng.shuffle(order)
+    query = rng.randrange(n_lines)
+    for kept in range(n_lines, 0, -1):
+        body = "".join(LINE_TEMPLATE.format(idx=k, n=v) for k, v in pairs[:kept])
+        if multi:
+            asked = [pairs[i] for i in order if i < kept]
+            question = MULTI_QUESTION.format(idxs=", ".join(k for k, _ in asked))
+        else:
+            asked = [pairs[query % kept]]
+            question = QUESTION_TEMPLATE.format(idx=asked[0][0])
+        prompt = FORMATS[fmt] + body + question
+        if len(tok(prompt)["input_ids"]) <= l_tr:
+            return prompt, answer(asked), kept
+    raise ValueError(f"a one-line record does not fit L_tr = {l_tr} tokens")
+
+
+class LookupRecords:
+    """Batches of :func:`lookup_record`: ``multi_share`` of them multi-query, the rest single-question."""
+
+    def __init__(self, tok: PreTrainedTokenizerFast, l_tr: int, seed: int, multi_share: float, fmt: str,
+                 label_width: int, device: torch.device):
+        self.tok, self.l_tr, self.seed, self.multi_share, self.fmt = tok, l_tr, seed, multi_share, fmt
+        self.label_width, self.device = label_width, device
+
+    def sample(self, step: int, n_lines: list[int]) -> tuple[IdBatch, torch.Tensor, torch.Tensor]:
+        """(batch, lines kept per record, whether each record is multi-query) for records asking ``n_lines``."""
+        rng = random.Random(f"lookup:{self.seed}:{step}")
+        n_multi = round(len(n_lines) * self.multi_share)
+        prompts, targets, kept = [], [], []
+        for i, n in enumerate(n_lines):
+            prompt, target, k = lookup_record(self.tok, self.l_tr, n, i < n_multi, rng, self.fmt)
+            prompts.append(prompt)
+            targets.append(target)
+            kept.append(k)
+        enc = self.tok(prompts, padding="max_length", max_length=self.l_tr, return_tensors="pt")
+        labels = torch.full((len(prompts), self.label_width), IGNORE, dtype=torch.long)
+        for i, ids in enumerate(self.tok(targets)["input_ids"]):
+            if len(ids) > self.label_width:
+                raise ValueError(f"a lookup target of {len(ids)} tokens exceeds the label width {self.label_width}")
+            labels[i, : len(ids)] = torch.tensor(ids)
+        multi = torch.arange(len(prompts)) < n_multi
+        dev = self.device
+        return (IdBatch(enc["input_ids"].to(dev), enc["attention_mask"].to(dev), labels.to(dev)),
+                torch.tensor(kept, device=dev), multi.to(dev))
