@@ -132,7 +132,14 @@ $(LX) run -m experiment=aa_table3 method=prop1,prop2 task.num_examples=$(AA_LM_E
 $(LX) run -m experiment=aa_table3 method=pmax,entropy ++method.per_layer=true ++method.search=bisect task.num_examples=$(AA_LM_EXAMPLES) $(AA_LM_ARGS) $(AA_DRY_RUN)
 $(LX) run -m experiment=aa_table3 method=yarn,longrope task.num_examples=$(AA_LM_EXAMPLES) $(AA_LM_ARGS) $(AA_DRY_RUN)
 $(LX) run -m experiment=aa_table4 task=passkey method=yarn,longrope $(call aa_only,20k$(,)55k) $(AA_MINI_ARGS) $(AA_DRY_RUN)
+$(LX) run -m model=mini-t5 method=none task=topics,lines,passkey,mdqa 'task.settings=[$(AA_LTR_T5)]' task.unit=tokens task.num_examples=$(AA_RETRIEVAL_EXAMPLES) $(AA_DRY_RUN)
+$(LX) run -m model=mini-t5-lm method=none task=lm 'task.settings=[$(AA_LTR_T5_LM)]' task.unit=tokens task.num_examples=$(AA_LM_EXAMPLES) $(AA_DRY_RUN)
+$(LX) run -m model=mini-t5-lm method=none task=code_completion,code_key 'task.settings=[$(AA_LTR_T5_LM)]' task.unit=tokens task.num_examples=$(AA_CODE_EXAMPLES) $(AA_DRY_RUN)
 endef
+# The L_tr column of every paper A table on the mini profile: each stand-in at its own training length (method none,
+# the same task and format; lengthx/conf/model/mini-t5*.yaml's l_tr), the cells the tables set beside the long ones.
+AA_LTR_T5 ?= 256
+AA_LTR_T5_LM ?= 128
 
 # Paper B: one experiment per table (lengthx/conf/experiment/sb_table*.yaml): each job scores one training run
 # of one model at L_t…5L_t (task=segmented_ppl) and first trains what it needs, OOTB (one epoch of domain

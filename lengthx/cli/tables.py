@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from lengthx.cli.common import check_results_dir_argument
 from lengthx.config import default_results_dir
@@ -23,6 +24,12 @@ def tables_main(argv: list[str]) -> None:
     p.add_argument("--compare-paper", action="store_true", help="show the published value beside ours")
     p.add_argument("--summary", action="store_true",
                    help="print one compact table of the cells present (setting × method, with τ); write no table")
+    p.add_argument("--check", action="store_true",
+                   help="check that every cell the tables show is what the current code and checkpoints compute "
+                        "(its hash, from the command that computed it): exit 0, or 1 naming the stale cells; "
+                        "write no table")
+    p.add_argument("--no-check", action="store_true",
+                   help="render without checking the cells' currency (faster; stale cells are then not marked)")
     args = p.parse_args(argv)
     check_results_dir_argument(args.results_dir)
     # after the arguments: --help and their errors answer at once
@@ -34,8 +41,13 @@ def tables_main(argv: list[str]) -> None:
 
     store = ResultsStore(Path(args.results_dir))
     df = store.read()
+    if args.check:
+        verdict = currency(store, df)
+        print("\n".join(verdict.lines()))
+        raise SystemExit(0 if verdict.ok else 1)
+    stale = set() if args.no_check or df.empty else set(currency(store, df).stale)
     if args.summary:
-        print(summary_markdown(df, git_commit()) if not df.empty else f"no results in {store.csv_path}")
+        print(summary_markdown(df, git_commit(), stale) if not df.empty else f"no results in {store.csv_path}")
         if not df.empty:
             from lengthx.report.tables.reading import readings
 
@@ -67,12 +79,19 @@ def tables_main(argv: list[str]) -> None:
     for spec in TABLES.values():
         if not df["task"].isin(spec.tasks).any():
             continue
-        r = render(spec, df, compare_paper=args.compare_paper, store=store)
+        r = render(spec, df, compare_paper=args.compare_paper, store=store, stale=stale)
         _write(out, f"{spec.id}{suffix}", args.format, r.latex, r.markdown)
         if r.missing:
             print(f"cells of {spec.id} with no result yet (model / method / task: settings):")
             for m in r.missing:
                 print(f"  - {m}")
+
+
+def currency(store: Any, df: Any) -> Any:
+    """:func:`lengthx.core.currency.check_currency` of the store, its progress on stderr."""
+    from lengthx.core.currency import check_currency
+
+    return check_currency(store.root, df, progress=lambda line: print(f"lengthx tables: {line}", file=sys.stderr))
 
 
 def _write(out: Path, stem: str, fmt: str, latex: str, markdown: str) -> None:

@@ -23,6 +23,7 @@ from filelock import Timeout
 
 from lengthx.core.cells import Cell
 from lengthx.core.store import ResultsStore, StoreError, git_commit, now, row_problem, versions
+from lengthx.core.store_sources import job_overrides, record_sources
 from lengthx.models.loading import ModelNotAvailable
 
 log = logging.getLogger("lengthx")
@@ -101,6 +102,9 @@ def sweep(store: ResultsStore, job: CellJob) -> list[dict[str, Any]]:
         cell, chash = cells[k]
         log.info("waiting for the other process computing %s", cell.key)
         summary[k] = _locked_cell(store, job, cell, chash, wait=True)
+    # the command each finished cell came from, so that `lengthx tables --check` can compute its hash again
+    record_sources(store, [(cells[k][0].key, cells[k][1]) for k in range(len(cells))
+                           if summary[k]["status"] in ("ok", "done")], job_overrides())
     return [summary[k] for k in range(len(cells))]
 
 

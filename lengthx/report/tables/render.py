@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from lengthx.config import CONF_DIR
 from lengthx.core.store import SHORT_OF_TARGET, UNALIGNED_MARK, ResultsStore
 from lengthx.report.tables.intervals import CellInterval, table_intervals
+from lengthx.report.tables.marks import mark_stale, notes_for, row_average, with_l_tr
 from lengthx.report.tables.published import published_rows
 from lengthx.report.tables.spec import METHOD_LABELS, PAPER_ROW_METHODS, Column, Row, TableSpec
 
@@ -202,12 +203,13 @@ def _interval(intervals: dict, spec: TableSpec, model: str, method: str, col: Co
 
 
 def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
-           store: ResultsStore | None = None) -> Rendered:
+           store: ResultsStore | None = None, stale: set[str] | frozenset[str] = frozenset()) -> Rendered:
     """Render ``spec`` from results rows (both formats), listing missing cells.
 
     With ``store`` (the results' directory) a spec with ``intervals`` shows each cell's 95% interval from its
-    records, and the Markdown gains a table of paired differences to ``spec.paired_with`` (τ = 1, or OOTB)."""
-    ok = latest_ok(df)
+    records, and the Markdown gains a table of paired differences to ``spec.paired_with`` (τ = 1, or OOTB).
+    A cell whose key is in ``stale`` (:mod:`lengthx.core.currency`) is marked :data:`STALE_MARK`."""
+    spec, ok, stale = with_l_tr(spec, latest_ok(df), stale)  # the stand-in at its training length (marks.py)
     notes: list[str] = []
     if spec.derive is not None and not ok.empty:
         ok, notes = spec.derive(ok)
@@ -250,7 +252,7 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
             vals = [_value(index, spec, model, method, c, metric or c.metric) for c in spec.columns]
             missing += _gaps(spec, f"{model} / {markdown_label(row.label) if row else method}", vals)
             if spec.avg:
-                vals.append(sum(vals) / len(vals) if all(v is not None for v in vals) else None)
+                vals.append(row_average(spec, vals))
             values_by_method[method] = vals
             if row is not None:
                 label, is_model = row.label, False
@@ -263,6 +265,7 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
                      is not None for c in spec.columns]
             cells = [f"{cell}{UNALIGNED_MARK}" if cell and mark else cell
                      for cell, mark in zip(cells, [*marks, False][:len(cells)], strict=True)]
+            cells = mark_stale(cells, spec, model, method, stale)
             if intervals:
                 found = [_interval(intervals, spec, model, method, c, metric or c.metric) for c in spec.columns]
                 cells = [f"{c} [{_fmt(spec, iv.low)}, {_fmt(spec, iv.high)}]" if iv else c
@@ -308,6 +311,7 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
     data_notes = table_notes(spec, ok[ok["model"].isin(models)] if not ok.empty else ok)
     if any(any(UNALIGNED_MARK in c for c in cells) for _, cells, _ in body if short):
         data_notes.append(UNALIGNED_NOTE)
+    data_notes = notes_for(spec, ok, intervals, models, info, body) + data_notes  # what the model does at L_tr first
     if data_notes:
         markdown += "\n" + "\n\n".join(data_notes) + "\n"
     return Rendered(_latex(spec, groups, headers, body, [n for n in (derived, *data_notes) if n]), markdown, missing)

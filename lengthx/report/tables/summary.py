@@ -13,12 +13,13 @@ from __future__ import annotations
 import pandas as pd
 
 from lengthx.core.store import UNALIGNED_MARK
+from lengthx.report.tables.marks import STALE_MARK, STALE_NOTE
 from lengthx.report.tables.render import UNALIGNED_NOTE, latest_ok, unaligned
 
 OTHER_CODE = "†"
 
 
-def _entry(row: pd.Series, current: str | None) -> str:
+def _entry(row: pd.Series, current: str | None, stale: set[str] | frozenset[str] = frozenset()) -> str:
     tau = row.get("tau")
     shown = f"{row['value']:g}" if isinstance(row["value"], float) else str(row["value"])
     mark_tau = UNALIGNED_MARK if unaligned(row) else ""
@@ -26,6 +27,7 @@ def _entry(row: pd.Series, current: str | None) -> str:
     n = row.get("n")
     n_text = f"n={int(n)}" if pd.notna(n) else "n=?"
     mark = OTHER_CODE if other_code(row.get("git_commit"), current) else ""
+    mark += STALE_MARK if row.get("cell") in stale else ""
     return f"{shown} ({tau_text}{n_text}){mark}"
 
 
@@ -38,9 +40,11 @@ def other_code(commit: object, current: str | None) -> bool:
     return bool(current) and _commit(current) != "unknown" and _commit(commit) != _commit(current)
 
 
-def summary_markdown(df: pd.DataFrame, current: str | None = None) -> str:
+def summary_markdown(df: pd.DataFrame, current: str | None = None,
+                     stale: set[str] | frozenset[str] = frozenset()) -> str:
     """Markdown table of each cell's first metric (its largest finished run), settings in the order they ran;
-    ``current``: the checkout's commit, to mark entries computed by another version of the code."""
+    ``current``: the checkout's commit, to mark entries computed by another version of the code; ``stale``: the
+    cells :mod:`lengthx.core.currency` found stale, marked :data:`STALE_MARK`."""
     ok = latest_ok(df[df["method"] != "stats"])  # lengthx stats rows are no method
     if ok.empty:
         return "(no finished cell)"
@@ -53,13 +57,15 @@ def summary_markdown(df: pd.DataFrame, current: str | None = None) -> str:
     lines = ["| model | task | setting | metric | " + " | ".join(methods) + " |",
              "|---|---|---|---|" + "---|" * len(methods)]
     for (model, task, setting), group in ok.groupby(["model", "task", "setting"], sort=False):
-        by_method = {r["method"]: _entry(r, current) for _, r in group.iterrows()}
+        by_method = {r["method"]: _entry(r, current, stale) for _, r in group.iterrows()}
         metric = first_metric[task]
         lines.append(f"| {model} | {task} | {setting} | {metric} | "
                      + " | ".join(by_method.get(m, "–") for m in methods) + " |")
     note = code_versions_note(ok, current)
     short = UNALIGNED_NOTE if any(unaligned(r) for _, r in ok.iterrows()) else ""
-    return "\n".join(lines) + (f"\n\n{short}" if short else "") + (f"\n\n{OTHER_CODE} {note}" if note else "")
+    old = STALE_NOTE if stale & set(ok["cell"]) else ""
+    return ("\n".join(lines) + (f"\n\n{short}" if short else "") + (f"\n\n{old}" if old else "")
+            + (f"\n\n{OTHER_CODE} {note}" if note else ""))
 
 
 def code_versions_note(df: pd.DataFrame, current: str | None) -> str | None:
