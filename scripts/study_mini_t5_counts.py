@@ -227,9 +227,9 @@ def cells_of(store: ResultsStore, variant: Variant, lengths: list[int]) -> dict[
             if m != "none":
                 cell["delta"] = list(difference_ci(values, [scores["none"][i] for i in shared]))
             entry["methods"][m] = cell
-        if base is None:
+        if length == L_TR:  # `vs L_tr` only against L_tr itself (a replication store starts past it: no column)
             base = scores["none"]
-        elif common := sorted(set(base) & set(ids)):
+        elif base is not None and (common := sorted(set(base) & set(ids))):
             entry["vs_l_tr"] = list(difference_ci([scores["none"][i] for i in common], [base[i] for i in common]))
         out[str(length)] = entry
     return out
@@ -383,15 +383,16 @@ def headline(summaries: list[dict[str, Any]]) -> str:
 
 
 def owed(summaries: list[dict[str, Any]]) -> list[str]:
-    """``--replicate`` specs still owed: every cell past L_tr where a paper rule's paired difference excludes 0
-    upwards and that rule was not measured again at task seed 7 (docs/mini-t5-study.md, Replication)."""
+    """``--replicate`` specs still owed: every cell past L_tr where a paper rule's paired difference excludes 0, a
+    gain or a cost, and that rule was not measured again at task seed 7 (docs/mini-t5-study.md, Replication)."""
     out = []
     for s in summaries:
         for name, cells in s["variants"].items():
             for length, cell in cells.items():
                 rep = s.get("replication", {}).get(name, {}).get(length, {}).get("methods", {})
                 out += [f"{s['snapshot']}:{name.replace(' ', '')}:{length}:{m}" for m in PAPER_METHODS
-                        if int(length) > L_TR and (c := cell["methods"].get(m)) and c["delta"][1] > 0 and m not in rep]
+                        if int(length) > L_TR and (c := cell["methods"].get(m)) and (c["delta"][1] > 0 or c["delta"][2] < 0)
+                        and m not in rep]
     return out
 
 

@@ -106,9 +106,9 @@ def test_the_demo_slice_is_the_shipped_snapshots_largest_tau_1_fall_at_a_handled
     assert len(falls) == 6 and min(falls, key=falls.get) == (k, length)
 
 
-def test_owed_lists_each_positive_paper_rule_difference_not_yet_replicated():
-    """A paper rule whose Δ excludes 0 upwards past L_tr is owed a replication at task seed 7 until that rule is
-    measured there; L_tr, the extension, τ = 1 and unresolved or negative differences owe none."""
+def test_owed_lists_each_resolved_paper_rule_difference_not_yet_replicated():
+    """A paper rule whose Δ excludes 0 past L_tr, a gain or a cost, is owed a replication at task seed 7 until that
+    rule is measured there; L_tr, the extension, τ = 1 and unresolved differences owe none."""
     s = _script()
 
     def cell(**deltas):
@@ -119,8 +119,8 @@ def test_owed_lists_each_positive_paper_rule_difference_not_yet_replicated():
         "topics K=3": {"256": cell(log=up), "2560": cell(log=up, pmax=zero, entropy=down, **{"pmax-bisect-min0.2": up}),
                        "7424": cell(log=up, pmax=up, entropy=up)}},
         "replication": {"topics K=3": {"7424": {"methods": {"none": {}, "log": {}}}}}}
-    assert s.owed([summary]) == ["seed0/step-03200:topicsK=3:2560:log", "seed0/step-03200:topicsK=3:7424:pmax",
-                                    "seed0/step-03200:topicsK=3:7424:entropy"]
+    assert s.owed([summary]) == ["seed0/step-03200:topicsK=3:2560:log", "seed0/step-03200:topicsK=3:2560:entropy",
+                                    "seed0/step-03200:topicsK=3:7424:pmax", "seed0/step-03200:topicsK=3:7424:entropy"]
 
 
 def test_a_worker_is_i_of_k_or_one_clear_line(capsys):
