@@ -136,6 +136,14 @@ class CalibrationOptions:
         return capture_stats(loaded, batches, tau, self.scope, row_stride=self.row_stride)
 
 
+def options_from_config(method: Any, calibration: Any) -> CalibrationOptions:
+    """Algorithm 1's options from a run's config ``method`` (mode, scope, search, ``tau_min``) and ``calibration``
+    (``row_stride``): the one place both paper A's runs and paper B's perplexity read them."""
+    return CalibrationOptions(str(method.name), str(method.get("scope") or "encoder"),
+                              str(method.get("search") or "grid"), int(calibration.get("row_stride", 1)),
+                              float(method.get("tau_min") or PAPER_TAU_MIN))
+
+
 def calibrate(loaded: Any, reference: Batches, extrapolation: Batches, options: CalibrationOptions) -> Alignment:
     """Algorithm 1 end to end: S̄_tr(1) on length-L_tr batches, then τ_ex on the extrapolation batches."""
     return align_to(loaded, extrapolation, reference_statistic(loaded, reference, options), options)

@@ -124,6 +124,24 @@ def validate_jobs(argv: list[str], environment: bool = True,
     return configs
 
 
+FAILED_CELLS: list[tuple[str, str]] = []  # (cell, message) of every cell of this command that ended in error or oom
+
+
+def note_failures(summary: list[dict[str, Any]]) -> None:
+    """Keep the cells of one job's summary that failed, for the command's exit status (:func:`hydra_entry`)."""
+    FAILED_CELLS.extend((s["cell"], str(s.get("message") or s["status"])) for s in summary
+                        if s.get("status") in ("error", "oom"))
+
+
+def failures_line(prog: str) -> str | None:
+    """The command's last line when cells failed (it then exits 1), or None."""
+    if not FAILED_CELLS:
+        return None
+    cell, message = FAILED_CELLS[0]
+    return (f"{prog}: {len(FAILED_CELLS)} cell(s) failed (status rows in results.csv); the first: {cell}: "
+            f"{one_line(message).rstrip('.')}. Fix the cause and rerun the same command: finished cells are kept")
+
+
 def hydra_entry(task_fn: Callable[[DictConfig], None], argv: list[str], prog: str,
                 environment: bool = True, check: Callable[[DictConfig], None] | None = None,
                 finished: Callable[[DictConfig], bool] | None = None) -> None:
@@ -153,6 +171,7 @@ def hydra_entry(task_fn: Callable[[DictConfig], None], argv: list[str], prog: st
             apply_profile(cfg)  # profile=mini: a paper model runs as its shipped mini
             task_fn(cfg)
 
+    FAILED_CELLS.clear()
     try:
         hydra.main(version_base=None, config_path=str(CONF_DIR), config_name=RUN_CONFIG)(job)()
     except OSError as err:
@@ -162,6 +181,10 @@ def hydra_entry(task_fn: Callable[[DictConfig], None], argv: list[str], prog: st
         raise StoreError(f"{where}: Hydra could not write its record of the run ({err.strerror or err}); nothing "
                          "was computed. Free disk space (or make the directory writable) and rerun the same "
                          "command") from err
+    line = failures_line(prog)
+    if line is not None:  # a run whose cells failed does not pass for a success
+        print(line, file=sys.stderr)
+        sys.exit(1)
 
 
 DRY_RUN_CELLS: list[tuple[str, str]] = []  # (experiment, cell key) listed by the jobs of a --dry-run

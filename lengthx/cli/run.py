@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lengthx.cli.common import experiment_jobs, job_cells, print_job_cells, print_plan
+from lengthx.cli.common import experiment_jobs, job_cells, note_failures, print_job_cells, print_plan
 from lengthx.config import CONF_DIR, RUN_CONFIG, check_overrides, choices
-from lengthx.errors import UsageError, debug_enabled, interrupted
+from lengthx.errors import UsageError, debug_enabled, interrupted, one_line
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -89,6 +89,7 @@ def run_command(cfg: DictConfig) -> None:
             sys.exit(status)
     for s in summary:
         print(summary_line(s))
+    note_failures(summary)
 
 
 # how a log line of a run reads: Hydra's default job logging (hydra/conf/hydra/job_logging/default.yaml)
@@ -132,6 +133,8 @@ def summary_line(s: dict) -> str:
         tau_text = f"  τ={float(tau):.2f}" if tau not in (None, "") else ""
     except (TypeError, ValueError):  # a per-row rule, by its label (lengthx.attention.scaling.RowScale)
         tau_text = f"  τ={tau}"
+    if s["status"] in ("error", "oom"):
+        return f"{s['cell']:48s} {s['status']:5s} {one_line(str(s.get('message', '')))}"
     return f"{s['cell']:48s} {s['status']:5s} {s['metric']}={s['value']}{tau_text}  n={s.get('n', '')}"
 
 
@@ -178,3 +181,4 @@ def stats_command(cfg: DictConfig) -> None:
     summary = run_statistics(runner)
     for s in summary:
         print(f"{s['cell']:60s} {s['status']:6s} P_max={s.get('value', '')}")
+    note_failures(summary)

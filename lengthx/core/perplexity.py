@@ -31,7 +31,7 @@ import torch
 from omegaconf import OmegaConf, open_dict
 from tqdm.auto import tqdm
 
-from lengthx.alignment.algorithm1 import CalibrationOptions, align_to, reference_statistic
+from lengthx.alignment.algorithm1 import align_to, options_from_config, reference_statistic
 from lengthx.alignment.propositions import RULE_METHODS, rule_temperature
 from lengthx.attention.scaling import RowScale
 from lengthx.attention.temperature import clear_temperature, set_temperature
@@ -351,8 +351,7 @@ class PerplexityJob:
         if cached is not None:
             return float(cached["tau"])
         loaded, n = self.model(), int(cal.num_examples)
-        options = CalibrationOptions(str(m.name), str(m.scope), str(m.get("search") or "grid"),
-                                     int(cal.get("row_stride", 1)))
+        options = options_from_config(m, cal)
 
         def batches(length: int) -> list[dict[str, torch.Tensor]]:
             self.lengths.set_length(loaded.model, length)  # GPT-2: its APE table at this length

@@ -26,6 +26,7 @@ from lengthx.alignment.algorithm1 import (
     CalibrationOptions,
     calibrate,
     calibrate_per_layer,
+    options_from_config,
 )
 from lengthx.alignment.propositions import RULE_METHODS, closed_form_temperature, rule_temperature
 from lengthx.attention.scaling import ROW_RULES, RowScale
@@ -329,9 +330,7 @@ class Runner:
 
     def calibration_options(self) -> CalibrationOptions:
         """Algorithm 1's mode, scope, search and grid floor (config ``method``) and row stride (``calibration``)."""
-        m = self.method
-        return CalibrationOptions(m.name, m.scope, m.search, int(self.cfg.calibration.get("row_stride", 1)),
-                                  self.tau_min())
+        return options_from_config(self.method, self.cfg.calibration)
 
     def alignment_note(self, cell: Cell) -> str:
         """:data:`SHORT_OF_TARGET` when the cell's Algorithm 1 τ (from its cache entry) is a grid end short of its

@@ -147,7 +147,8 @@ def compute_cell(store: ResultsStore, job: CellJob, cell: Cell, chash: str) -> d
     first = rows[0] if rows else {}
     if status != "ok" and torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return {"cell": cell.key, "status": status, **{k: first[k] for k in ("metric", "value", "tau", "n") if k in first}}
+    return {"cell": cell.key, "status": status,
+            **{k: first[k] for k in ("metric", "value", "tau", "n", "message") if k in first and first[k] != ""}}
 
 
 def estimate(first: Cell, seconds: float, left: list[Cell]) -> str:

@@ -46,8 +46,11 @@ def summary_markdown(df: pd.DataFrame, current: str | None = None,
     ``current``: the checkout's commit, to mark entries computed by another version of the code; ``stale``: the
     cells :mod:`lengthx.core.currency` found stale, marked :data:`STALE_MARK`."""
     ok = latest_ok(df[df["method"] != "stats"])  # lengthx stats rows are no method
+    failed = failed_cells(df)
+    listed = "\n".join([f"Failed cells ({len(failed)}; their last run ended in error, no value shown):",
+                         *(f"- {cell}: {message}" for cell, message in failed)]) if failed else ""
     if ok.empty:
-        return "(no finished cell)"
+        return "(no finished cell)" + (f"\n\n{listed}" if listed else "")
     first_metric = df[df["status"] == "ok"].groupby("task", sort=False)["metric"].first()
     ok = ok[ok["metric"] == ok["task"].map(first_metric)]
     order = {cell: k for k, cell in enumerate(dict.fromkeys(df["cell"].unique()))}
@@ -64,8 +67,19 @@ def summary_markdown(df: pd.DataFrame, current: str | None = None,
     note = code_versions_note(ok, current)
     short = UNALIGNED_NOTE if any(unaligned(r) for _, r in ok.iterrows()) else ""
     old = STALE_NOTE if stale & set(ok["cell"]) else ""
+    if listed:
+        old = listed + (f"\n\n{old}" if old else "")
     return ("\n".join(lines) + (f"\n\n{short}" if short else "") + (f"\n\n{old}" if old else "")
             + (f"\n\n{OTHER_CODE} {note}" if note else ""))
+
+
+def failed_cells(df: pd.DataFrame) -> list[tuple[str, str]]:
+    """(cell, message) of each cell whose newest row is an ``error`` or ``oom`` status row."""
+    if df.empty or "status" not in df.columns:
+        return []
+    last = df.drop_duplicates("cell", keep="last")
+    bad = last[last["status"].isin(["error", "oom"])]
+    return [(str(r.cell), f"{r.status}: {str(r.message)[:200]}") for r in bad.itertuples()]
 
 
 def code_versions_note(df: pd.DataFrame, current: str | None) -> str | None:

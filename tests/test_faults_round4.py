@@ -1,0 +1,57 @@
+"""Fault round 4 (docs/faults-round4.md): failed cells that cannot pass for success, a named results place that must
+exist, and one builder of Algorithm 1's options for paper A's runs and paper B's perplexity."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import byte_tokenizer, tiny_byte_t5
+from omegaconf import OmegaConf
+from test_faults import run_command
+
+from lengthx.alignment.algorithm1 import PAPER_TAU_MIN, options_from_config
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def no_start_token(tmp_path_factory) -> Path:
+    """A tiny T5 whose config names no ``decoder_start_token_id``: generation fails in every cell."""
+    path = tmp_path_factory.mktemp("no-start")
+    model = tiny_byte_t5()
+    model.config.decoder_start_token_id = None
+    model.generation_config.decoder_start_token_id = None
+    model.save_pretrained(path)
+    byte_tokenizer().save_pretrained(path)
+    return path
+
+
+def test_a_run_whose_cells_fail_exits_1_naming_the_count_and_the_first_error(no_start_token, tmp_path):
+    results = tmp_path / "results"
+    p = run_command(["run", "task=passkey", "method=none", f"model.path={no_start_token}", "model.l_tr=300",
+                     "task.num_examples=1", "task.settings=[320,400]", f"results_dir={results}", "batch_size=1"])
+    assert p.returncode == 1, (p.stdout + p.stderr)[-3000:]
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("lengthx run: 2 cell(s) failed") and "decoder_start_token_id" in last, last
+    assert "Traceback" not in p.stderr
+    summary = run_command(["tables", "--summary", "--results-dir", str(results)])
+    assert "Failed cells (2;" in summary.stdout and "|none|passkey|320tokens: error: ValueError" in summary.stdout
+
+
+def test_figures_of_a_named_results_directory_that_does_not_exist_is_a_user_error(tmp_path):
+    p = run_command(["figures", "--results-dir", str(tmp_path / "nowhere")])
+    assert p.returncode == 2 and "does not exist" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_perplexity_and_runs_build_algorithm_1s_options_alike():
+    """method.tau_min reaches Algorithm 1 on paper B's perplexity path too (it named its cell pmax-min0.2 but
+    searched the paper's grid)."""
+    method = OmegaConf.create({"name": "pmax", "scope": "decoder", "search": "bisect", "tau_min": 0.2})
+    options = options_from_config(method, OmegaConf.create({"row_stride": 4}))
+    assert (options.mode, options.scope, options.search, options.row_stride, options.tau_min) == \
+        ("pmax", "decoder", "bisect", 4, 0.2)
+    assert options_from_config(OmegaConf.create({"name": "entropy"}), OmegaConf.create({})).tau_min == PAPER_TAU_MIN
+    source = (Path(__file__).resolve().parents[1] / "lengthx" / "core" / "perplexity.py").read_text()
+    assert "options_from_config(" in source and "CalibrationOptions(" not in source
+
