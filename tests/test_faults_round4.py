@@ -55,3 +55,20 @@ def test_perplexity_and_runs_build_algorithm_1s_options_alike():
     source = (Path(__file__).resolve().parents[1] / "lengthx" / "core" / "perplexity.py").read_text()
     assert "options_from_config(" in source and "CalibrationOptions(" not in source
 
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["hydra/launcher=slurmm"], "hydra/launcher=slurmm: no such choice. Fix: one of"),
+    (["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=abc"], "hydra.launcher.timeout_min=abc"),
+])
+def test_hydra_overrides_that_do_not_compose_are_one_line_before_any_work(tmp_path, args, needle):
+    p = run_command(["run", "-m", "task=passkey", "method=none", f"results_dir={tmp_path / 'r'}", *args])
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert needle in p.stderr and "Traceback" not in p.stderr and "could not write its record" not in p.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_m_after_the_overrides_is_a_sweep(tmp_path):
+    p = run_command(["run", "task=passkey", "-m", "method=none,log", "--dry-run"])
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "mini-t5|none|passkey|20k" in p.stdout and "mini-t5|log|passkey|20k" in p.stdout

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lengthx.cli.launchers import check_launcher
+from lengthx.cli.launchers import check_hydra_overrides, check_launcher
 from lengthx.config import (
     CONF_DIR,
     RESULTS_ENV,
@@ -149,8 +149,11 @@ def hydra_entry(task_fn: Callable[[DictConfig], None], argv: list[str], prog: st
     config is validated (``check``: the command's own rule; ``environment``: its results directory and model
     directory too). ``finished``: answers a run that has nothing to do before any of that loads
     (:func:`validate_jobs`); Hydra is not started for it."""
+    flags = ("-m", "--multirun")  # Hydra's parser takes them only before the overrides; a user may write them after
+    argv = [a for a in argv if a in flags] + [a for a in argv if a not in flags]
     check_overrides(argv)
     check_launcher(argv)
+    check_hydra_overrides(argv)
     check_output_env(RESULTS_ENV, RUNS_ENV)  # before Hydra: it writes its record under results_dir
     register_resolvers()
     configs = validate_jobs(argv, environment, check, finished)

@@ -9,6 +9,7 @@ would otherwise surface inside a job or a traceback: the submitit plugin not ins
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 
 from lengthx.errors import UsageError
@@ -55,3 +56,34 @@ def check_launcher(argv: list[str]) -> None:
             raise UsageError("hydra/launcher=slurm submits with sbatch, which is not on PATH (not a SLURM login "
                              "node). Fix: run it on the cluster, or hydra/launcher=submitit_local to run the same "
                              "sweep on this machine")
+
+
+def check_hydra_overrides(argv: list[str]) -> None:
+    """Raise :class:`UsageError` (one line naming the override and the fix) when Hydra's own overrides (``hydra/…``,
+    ``hydra.…``) do not compose: a launcher that does not exist, a value of the wrong type; before any work."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+
+    from lengthx.config import CONF_DIR, RUN_CONFIG, register_resolvers
+
+    own = [a for a in argv if a.lstrip("+~").startswith("hydra") and "=" in a and "," not in a]
+    if not own:
+        return
+    register_resolvers()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+            compose(RUN_CONFIG, overrides=own, return_hydra_config=True)
+    except HydraException as err:
+        text = " ".join(str(err).split())
+        missing = re.search(r"Could not find '([^']+)' Available options in '[^']+': (.*?) Config search path", text)
+        if missing:
+            group, name = missing.group(1).rsplit("/", 1)
+            raise UsageError(f"{group}={name}: no such choice. Fix: one of {', '.join(missing.group(2).split())}") \
+                from None
+        cause = " ".join(str(err.__cause__).split()) if err.__cause__ else ""
+        raise UsageError(f"{text}{': ' + cause if cause and cause not in text else ''}. Fix: a value of the type "
+                         "that key takes (`lengthx run --cfg hydra` shows Hydra's settings)") from None
+    finally:
+        GlobalHydra.instance().clear()
