@@ -72,3 +72,20 @@ def test_m_after_the_overrides_is_a_sweep(tmp_path):
     p = run_command(["run", "task=passkey", "-m", "method=none,log", "--dry-run"])
     assert p.returncode == 0, p.stderr[-2000:]
     assert "mini-t5|none|passkey|20k" in p.stdout and "mini-t5|log|passkey|20k" in p.stdout
+
+
+def test_topics_counted_in_topics_past_the_conversations_is_refused_before_work(tmp_path):
+    """'task.settings=[2560]' meant as tokens: refused with the fix, not an error row and exit 0."""
+    p = run_command(["run", "task=topics", "method=none", "task.settings=[2560]", f"results_dir={tmp_path / 'r'}"])
+    assert p.returncode == 2 and "2560 topics, but the generated conversations are 1200" in p.stderr, p.stderr[-2000:]
+    assert "task.unit=tokens" in p.stderr and not (tmp_path / "r" / "results.csv").exists()
+
+
+def test_the_far_length_warning_never_suggests_a_unit_num_topics_refuses():
+    from lengthx.config import compose
+    from lengthx.core.length_limits import far_settings
+    from lengthx.tasks import resolve_settings
+
+    cfg = compose(["task=topics", "task.unit=tokens", "task.settings=[20000]", "task.num_topics=3", "model.l_tr=256"])
+    warning = far_settings(cfg, resolve_settings(cfg.task, "mini", 256))
+    assert warning is not None and "task.unit=topics" not in warning and "lengths in tokens" in warning

@@ -38,8 +38,10 @@ def far_settings(cfg: Any, settings: list[Any]) -> str | None:
     if not far:
         return None
     shown = ", ".join(f"{s.value} tokens = {s.value / l_tr:.0f}x" for s in far)
-    return (f"lengthx: task.settings: {shown} model.l_tr ({l_tr} tokens); the papers reach about 29x L_tr. If you "
-            f"meant the paper's characters of filler (or lines, topics), add task.unit="
+    head = f"lengthx: task.settings: {shown} model.l_tr ({l_tr} tokens); the papers reach about 29x L_tr."
+    if cfg.task.get("num_topics") is not None:  # its settings can only be tokens (lengthx.tasks.topics.count_problem)
+        return f"{head} With task.num_topics the settings are lengths in tokens: check the values"
+    return (f"{head} If you meant the paper's characters of filler (or lines, topics), add task.unit="
             f"{cfg.task.get('paper_unit') or 'chars'}")
 
 

@@ -305,6 +305,11 @@ class TopicsTask:
         if counts:
             return counts
         path = task_cfg.get("conversations_path")
+        most = len(generate_conversations())
+        too_many = [s.value for s in settings or () if s.unit == "topics" and s.value > most]
+        if too_many and not path and not task_cfg.get("testcases_dir"):
+            return (f"task.settings: {too_many[0]} topics, but the generated conversations are {most}. Fix: a count "
+                    f"of at most {most}, or task.unit=tokens if {too_many[0]} is a length in tokens")
         if path:
             return missing_path("task.conversations_path", path, PAPER_DATA)
         if profile == "paper":
