@@ -45,11 +45,13 @@ test-triton: install
 # hold, and τ = 1 at L_tr at the same count. Cells resume.
 DEMO_K ?= 5
 DEMO_LENGTH ?= 2560
-DEMO_ARGS ?= task=topics task.unit=tokens task.num_examples=60 task.num_topics=$(DEMO_K)
+# Its own results place, so that its summary shows the demo's cells, not every run of results/local.
+DEMO_RESULTS ?= results/local/demo
+DEMO_ARGS ?= task=topics task.unit=tokens task.num_examples=60 task.num_topics=$(DEMO_K) results_dir=$(DEMO_RESULTS)
 demo: install
 	$(LX) run $(DEMO_ARGS) 'task.settings=[256,$(DEMO_LENGTH)]' method=none
 	$(LX) run $(DEMO_ARGS) 'task.settings=[$(DEMO_LENGTH)]' method=pmax calibration.num_examples=1
-	$(LX) tables --summary
+	$(LX) tables --summary --results-dir $(DEMO_RESULTS)
 
 bench: install
 	$(BIN)/python scripts/bench_cli_startup.py

@@ -89,3 +89,28 @@ def test_the_far_length_warning_never_suggests_a_unit_num_topics_refuses():
     cfg = compose(["task=topics", "task.unit=tokens", "task.settings=[20000]", "task.num_topics=3", "model.l_tr=256"])
     warning = far_settings(cfg, resolve_settings(cfg.task, "mini", 256))
     assert warning is not None and "task.unit=topics" not in warning and "lengths in tokens" in warning
+
+
+def test_a_reading_names_half_the_training_length_as_such():
+    from lengthx.report.tables.reading import ratio_text
+
+    assert [ratio_text(r) for r in (0.5, 0.98, 2.5, 3.98, 10.4, 29.03)] == ["0.5", "1", "2.5", "4", "10", "29"]
+
+
+def test_the_summary_prints_a_value_as_the_reading_rounds_it():
+    from lengthx.report.tables.summary import short_number
+
+    assert [short_number(v) for v in (73.3333333, 100.0, 0.2834271, 1532.77, 0.0)] == ["73.3", "100", "0.283", "1533", "0"]
+
+
+def test_the_demo_summarises_its_own_cells_only():
+    """make demo runs and summarises one results place of its own, not every run of results/local."""
+    import re
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    make = subprocess.run(["make", "-n", "-B", "demo", "VENV=.venv-none"], cwd=root, capture_output=True, text=True)
+    lines = [line for line in make.stdout.splitlines() if "/lengthx " in line]
+    assert len(lines) == 3, make.stdout
+    places = {m.group(1) for line in lines for m in re.finditer(r"(?:results_dir=|--results-dir )(\S+)", line)}
+    assert places == {"results/local/demo"}, lines

@@ -49,7 +49,7 @@ def readings(store: ResultsStore, df: pd.DataFrame, baseline: str = "none") -> l
         b = base_row.iloc[0]
         score = base.kind == "score"
         l_tr = float(b["L_tr"]) if pd.notna(pd.to_numeric(b["L_tr"], errors="coerce")) else None
-        ratio = f"{float(b['L_ex']) / l_tr:.0f}× L_tr, " if l_tr else ""
+        ratio = f"{ratio_text(float(b['L_ex']) / l_tr)}× L_tr, " if l_tr else ""
         held = _held(store, str(b["cell"]))
         text = (f"{model} {task} {setting} ({ratio}{held + ', ' if held else ''}n = {base.n}): τ = 1 "
                 f"{_value(float(b['value']), base.low, base.high, score)}")
@@ -67,6 +67,12 @@ def readings(store: ResultsStore, df: pd.DataFrame, baseline: str = "none") -> l
                         f"Δ {c.delta:+.3g} [{c.delta_low:+.3g}, {c.delta_high:+.3g}]"))
         lines.append(text)
     return lines
+
+
+def ratio_text(ratio: float) -> str:
+    """L_ex / L_tr as a reading prints it: whole from 10x or within 0.05 of a whole number, else one decimal
+    (0.5×, 2.5×, 4×, 29×; never 0× for half the training length)."""
+    return f"{ratio:.0f}" if ratio >= 10 or abs(ratio - round(ratio)) < 0.05 else f"{ratio:.1f}"
 
 
 def _readable(ok: pd.DataFrame, baseline: str) -> pd.DataFrame:

@@ -21,7 +21,7 @@ OTHER_CODE = "†"
 
 def _entry(row: pd.Series, current: str | None, stale: set[str] | frozenset[str] = frozenset()) -> str:
     tau = row.get("tau")
-    shown = f"{row['value']:g}" if isinstance(row["value"], float) else str(row["value"])
+    shown = short_number(row["value"]) if isinstance(row["value"], float) else str(row["value"])
     mark_tau = UNALIGNED_MARK if unaligned(row) else ""
     tau_text = f"τ={float(tau):.2f}{mark_tau}, " if pd.notna(tau) and str(tau) != "" and float(tau) != 1.0 else ""
     n = row.get("n")
@@ -29,6 +29,11 @@ def _entry(row: pd.Series, current: str | None, stale: set[str] | frozenset[str]
     mark = OTHER_CODE if other_code(row.get("git_commit"), current) else ""
     mark += STALE_MARK if row.get("cell") in stale else ""
     return f"{shown} ({tau_text}{n_text}){mark}"
+
+
+def short_number(v: float) -> str:
+    """A value as the summary prints it: three significant digits, whole from 100 (73.3, 0.283, 100, 1532)."""
+    return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
 def _commit(value: object) -> str:
