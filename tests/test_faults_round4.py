@@ -114,3 +114,17 @@ def test_the_demo_summarises_its_own_cells_only():
     assert len(lines) == 3, make.stdout
     places = {m.group(1) for line in lines for m in re.finditer(r"(?:results_dir=|--results-dir )(\S+)", line)}
     assert places == {"results/local/demo"}, lines
+
+
+def test_plan_names_no_empty_overrides():
+    p = run_command(["plan"])
+    assert p.returncode == 0 and "distinct cells listed\n" in p.stdout and "listed ()" not in p.stdout
+
+
+@pytest.mark.parametrize(("value", "key"), [("task.num_examples=-3", "task.num_examples=-3"),
+                                            ("calibration.num_examples=-2", "calibration.num_examples=-2"),
+                                            ("device=tpu", "device=tpu"), ("task.num_examples=abc", "task.num_examples=abc")])
+def test_plan_validates_as_run_does_before_listing_anything(value, key):
+    p = run_command(["plan", "experiment=aa_table4", value, "--estimate"])
+    assert p.returncode == 2 and key in p.stderr and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert "distinct cells" not in p.stdout and "GPU-hours" not in p.stdout

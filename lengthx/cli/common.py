@@ -268,7 +268,7 @@ def print_plan(cells: list[tuple[str, str]], overrides: list[str]) -> None:
     from lengthx.report.tables.published import PAPER_DIR
 
     runs = [tuple(key.split("|")) for _, key in cells]
-    print(f"\n{len(set(runs))} distinct cells listed ({' '.join(overrides)})")
+    print(f"\n{len(set(runs))} distinct cells listed" + (f" ({' '.join(overrides)})" if overrides else ""))
     print(f"cells per table (listed here / in the published table at {PAPER_DIR}):")
     for spec in TABLES.values():
         filled = filled_cells(spec, runs)

@@ -38,28 +38,36 @@ def plan_jobs(argv: list[str], show: bool = True) -> tuple[list[tuple[str, str]]
     its cells, whether they are ``lengthx stats`` cells)."""
     from hydra import compose, initialize_config_dir
 
+    from lengthx.cli.validate import check_override_values, validate_run_config
     from lengthx.core.cells import experiment_skip_reason
     from lengthx.models.minis import apply_profile
 
     experiments = [v for a in argv if a.startswith("experiment=") for v in a.split("=", 1)[1].split(",")]
     rest = [a for a in argv if not a.startswith("experiment=")]
+    check_override_values(rest)  # a wrong value on the command line: answered before anything is listed
     experiments = experiments or [e for e in choices("experiment") if e.startswith("aa_")]
     cells: list[tuple[str, str]] = []
     planned: list[tuple[str, Any, list, bool]] = []
-    for experiment in experiments:
+    composed = []
+    for experiment in experiments:  # every job's values first, as `lengthx run` checks them: then the listing
         command, jobs = experiment_jobs(experiment, rest)
+        with initialize_config_dir(str(CONF_DIR), version_base=None):
+            configs = [apply_profile(compose(RUN_CONFIG, overrides=job)) for job in jobs]
+        for cfg in configs:
+            if not experiment_skip_reason(cfg):
+                validate_run_config(cfg, environment=False)
+        composed.append((experiment, command, jobs, configs))
+    for experiment, command, jobs, configs in composed:
         if show:
             print(f"== experiment {experiment}: lengthx {command} -m experiment={experiment} {' '.join(rest)} "
                   f"({len(jobs)} jobs)")
-        with initialize_config_dir(str(CONF_DIR), version_base=None):
-            for job in jobs:
-                cfg = apply_profile(compose(RUN_CONFIG, overrides=job))
-                if experiment_skip_reason(cfg):
-                    continue
-                stats = command == "stats"
-                keys = print_job_cells(cfg, stats=stats) if show else [c.key for c in job_cells(cfg, stats)]
-                cells.extend((experiment, key) for key in keys)
-                planned.append((experiment, cfg, job_cells(cfg, stats), stats))
+        for cfg in configs:
+            if experiment_skip_reason(cfg):
+                continue
+            stats = command == "stats"
+            keys = print_job_cells(cfg, stats=stats) if show else [c.key for c in job_cells(cfg, stats)]
+            cells.extend((experiment, key) for key in keys)
+            planned.append((experiment, cfg, job_cells(cfg, stats), stats))
     return cells, planned
 
 
