@@ -128,3 +128,15 @@ def test_plan_validates_as_run_does_before_listing_anything(value, key):
     p = run_command(["plan", "experiment=aa_table4", value, "--estimate"])
     assert p.returncode == 2 and key in p.stderr and "Traceback" not in p.stderr, p.stderr[-2000:]
     assert "distinct cells" not in p.stdout and "GPU-hours" not in p.stdout
+
+
+def test_a_truncated_costs_file_is_named_with_the_fix(tmp_path):
+    from lengthx.core.estimate import CPU_COSTS, cpu_costs
+
+    cut = tmp_path / "estimate_costs.json"
+    cut.write_bytes(CPU_COSTS.read_bytes()[:100])
+    with pytest.raises(ValueError, match=r"estimate_costs.json: not a costs file .*git checkout"):
+        cpu_costs(cut)
+    cut.write_text("[]")
+    with pytest.raises(ValueError, match=r"no device, passes, how in it"):
+        cpu_costs(cut)

@@ -60,7 +60,7 @@ def gpu_costs(path: Path = GPU_COSTS, cells: Path | None = GPU_CELLS) -> Costs:
     ``cells`` where it exists, every paper model's passes at its longest setting (:func:`add_passes`)."""
     costs = Costs(f"a GPU ({path} missing: its figures unmeasured)")
     if path.exists():
-        data = json.loads(path.read_text())
+        data = read_costs(path, ("meta", "cells"))
         costs.device = data["meta"]["device"]
         for c in data["cells"]:
             if c.get("status") != "ok":
@@ -74,10 +74,25 @@ def gpu_costs(path: Path = GPU_COSTS, cells: Path | None = GPU_CELLS) -> Costs:
                                        f"{c['row_stride']}, s per pass")
         costs.sources["encoder"] = f"{path.name}: the encoder at the XXL shape, lengthx-sdpa, bf16, batch 1"
     if cells is not None and cells.exists():
-        data = json.loads(cells.read_text())
+        data = read_costs(cells, ("device", "passes", "how"))
         costs.device = data["device"] if not path.exists() else f"{costs.device}; {data['device']}"
         add_passes(costs, data, cells.name)
     return costs
+
+
+def read_costs(path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
+    """A measured-costs file, or :class:`ValueError` naming it and the fix when it is cut short, not JSON, or lacks
+    ``keys``."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not a costs file ({err}); it may have been cut short. Fix: restore it from git "
+                         f"(git checkout -- {path}) or measure it again (docs/gpu.md, scripts/estimate_check.py)") from None
+    missing = [k for k in keys if not isinstance(data, dict) or k not in data]
+    if missing:
+        raise ValueError(f"{path}: no {', '.join(missing)} in it: not a costs file this lengthx reads. Fix: restore "
+                         f"it from git (git checkout -- {path}) or measure it again")
+    return data
 
 
 def add_passes(costs: Costs, data: dict[str, Any], name: str) -> None:
@@ -94,7 +109,7 @@ def cpu_costs(path: Path = CPU_COSTS) -> Costs:
     """The minis' passes on a CPU, as ``scripts/estimate_check.py`` measured and wrote them."""
     if not path.exists():
         return Costs(f"this CPU ({path} missing: every figure unmeasured; python scripts/estimate_check.py)")
-    data = json.loads(path.read_text())
+    data = read_costs(path, ("device", "passes", "how"))
     costs = Costs(data["device"])
     add_passes(costs, data, path.name)
     return costs
