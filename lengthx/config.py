@@ -23,8 +23,31 @@ RUN_CONFIG, TRAIN_CONFIG = "run", "train"  # the two primary configs of CONF_DIR
 
 def default_results_dir(profile: str = "mini") -> Path:
     """Where ``lengthx run`` writes by default (``results_dir`` in run.yaml): ``$LENGTHX_RESULTS/<profile>``,
-    else ``results/local/<profile>`` (git-ignored); the committed results are ``LENGTHX_RESULTS=results``."""
-    return Path(os.environ.get("LENGTHX_RESULTS") or "results/local") / profile
+    else ``results/local/<profile>`` (git-ignored); the committed results are ``LENGTHX_RESULTS=results``. A
+    relative place is taken from the checkout's root when the command runs inside the checkout
+    (:func:`results_place`)."""
+    return Path(results_place(os.environ.get("LENGTHX_RESULTS") or "results/local")) / profile
+
+
+def checkout_root() -> Path | None:
+    """The lengthx checkout this package runs from (an editable install in a clone), or None (an installed
+    package)."""
+    root = PACKAGE_DIR.parent
+    return root if (root / "pyproject.toml").is_file() and (root / "lengthx" / "conf").is_dir() else None
+
+
+def results_place(value: str) -> str:
+    """A default results place as every command resolves it: a relative one from the checkout's root when the
+    working directory lies inside the checkout (so a command run from ``docs/`` writes where one run from the root
+    does), else from the working directory."""
+    root = checkout_root()
+    if Path(value).is_absolute() or root is None:
+        return value
+    try:
+        Path.cwd().resolve().relative_to(root)
+    except ValueError:
+        return value
+    return str(root / value)
 
 
 # the environment variables that move where commands write: lengthx run/stats/calibrate, lengthx train
@@ -87,6 +110,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("lengthx_pkg", lambda rel: str(PACKAGE_DIR / rel))
     if not OmegaConf.has_resolver("lengthx_repo"):
         OmegaConf.register_new_resolver("lengthx_repo", lambda rel: str(PACKAGE_DIR.parent / rel))
+    if not OmegaConf.has_resolver("lengthx_results"):
+        OmegaConf.register_new_resolver("lengthx_results", results_place)
 
 
 def compose(overrides: list[str], conf_dir: Path = CONF_DIR, config_name: str = RUN_CONFIG) -> Any:

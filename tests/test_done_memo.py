@@ -110,7 +110,8 @@ def test_the_answer_warns_of_settings_far_past_the_papers_as_the_full_path_does(
     assert re.fullmatch(r"\[[-0-9 :,]+\]\[lengthx\]\[WARNING\] - lengthx: task.settings: 10000 tokens = 39x model.l_tr "
                         r"\(256 tokens\);.*add task.unit=chars", out[0]), out[0]
     assert [ln.split("] - ", 1)[1] for ln in out[1:3]] == [f"skip finished cell {c}" for c, _ in cells]
-    assert out[3:] == [f"{c:48s} done (already in results.csv)" for c, _ in cells]
+    assert out[3:-1] == [f"{c:48s} done (already in results.csv)" for c, _ in cells]
+    assert out[-1] == f"results: {(tmp_path / 'res').resolve()}"  # where, in full, as the full path ends
 
 
 @pytest.mark.parametrize("change", ["config", "checkpoint", "tokenizer", "environment", "more examples"])

@@ -140,3 +140,17 @@ def test_a_truncated_costs_file_is_named_with_the_fix(tmp_path):
     cut.write_text("[]")
     with pytest.raises(ValueError, match=r"no device, passes, how in it"):
         cpu_costs(cut)
+
+
+def test_the_results_place_is_the_checkouts_from_any_directory_inside_it(monkeypatch, tmp_path):
+    from lengthx.config import compose, default_results_dir
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.delenv("LENGTHX_RESULTS", raising=False)
+    monkeypatch.chdir(root / "docs")
+    assert Path(compose(["task=passkey"]).results_dir) == root / "results" / "local" / "mini"
+    assert default_results_dir() == root / "results" / "local" / "mini"
+    monkeypatch.setenv("LENGTHX_RESULTS", "results")
+    assert Path(compose(["task=passkey"]).results_dir) == root / "results" / "mini"
+    monkeypatch.chdir(tmp_path)  # outside the checkout: the working directory's, as before
+    assert compose(["task=passkey"]).results_dir == "results/mini"

@@ -61,15 +61,14 @@ def check_launcher(argv: list[str]) -> None:
 def check_hydra_overrides(argv: list[str]) -> None:
     """Raise :class:`UsageError` (one line naming the override and the fix) when Hydra's own overrides (``hydra/…``,
     ``hydra.…``) do not compose: a launcher that does not exist, a value of the wrong type; before any work."""
+    own = [a for a in argv if a.lstrip("+~").startswith("hydra") and "=" in a and "," not in a]
+    if not own:
+        return
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
 
     from lengthx.config import CONF_DIR, RUN_CONFIG, register_resolvers
-
-    own = [a for a in argv if a.lstrip("+~").startswith("hydra") and "=" in a and "," not in a]
-    if not own:
-        return
     register_resolvers()
     GlobalHydra.instance().clear()
     try:

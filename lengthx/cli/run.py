@@ -97,6 +97,7 @@ def run_command(cfg: DictConfig) -> None:
             sys.exit(status)
     for s in summary:
         print(summary_line(s))
+    print(results_line(cfg))
     note_failures(summary)
 
 
@@ -129,7 +130,13 @@ def finished_run(cfg: DictConfig) -> bool:
         print(form.format(logging.LogRecord("lengthx", level, __file__, 0, "%s", (message,), None)))
     for cell in cells:
         print(summary_line({"cell": cell, "status": "done"}))
+    print(results_line(cfg))
     return True
+
+
+def results_line(cfg: DictConfig) -> str:
+    """The last line of a run: where its results are, in full (the same from any working directory)."""
+    return f"results: {Path(str(cfg.results_dir)).resolve()}"
 
 
 def summary_line(s: dict) -> str:
