@@ -154,3 +154,28 @@ def test_the_results_place_is_the_checkouts_from_any_directory_inside_it(monkeyp
     assert Path(compose(["task=passkey"]).results_dir) == root / "results" / "mini"
     monkeypatch.chdir(tmp_path)  # outside the checkout: the working directory's, as before
     assert compose(["task=passkey"]).results_dir == "results/mini"
+
+
+def test_two_own_models_under_one_name_cannot_hide_each_other(tmp_path):
+    """a/my-model and c/my-model (other weights) into one store: the second is refused naming both directories,
+    so the first's cells are never hidden; the same checkpoint copied elsewhere is the same model."""
+    import shutil
+
+    root = Path(__file__).resolve().parents[1]
+    a = Path(shutil.copytree(root / "lengthx" / "checkpoints" / "mini-t5", tmp_path / "a" / "my-model"))
+    c = Path(shutil.copytree(a, tmp_path / "c" / "my-model"))
+    weights = bytearray((c / "model.safetensors").read_bytes())
+    weights[len(weights) // 2: len(weights) // 2 + 64] = bytes(64)
+    (c / "model.safetensors").write_bytes(bytes(weights))
+    results = tmp_path / "results"
+
+    def run(path: Path) -> object:
+        return run_command(["run", "model=hf", f"model.path={path}", "model.l_tr=256", "task=passkey", "method=none",
+                            "task.num_examples=1", "task.settings=[300]", "task.unit=tokens", f"results_dir={results}"])
+
+    assert run(a).returncode == 0
+    p = run(c)
+    assert p.returncode == 2 and "model.name=my-model is taken" in p.stderr, p.stderr[-2000:]
+    assert str(a) in p.stderr and str(c) in p.stderr and "Traceback" not in p.stderr
+    same = Path(shutil.copytree(a, tmp_path / "b" / "my-model"))
+    assert run(same).returncode == 0  # the same weights at another path: the same cells, done

@@ -44,6 +44,7 @@ from lengthx.core.store import (
     temperature_problem,
     write_json,
 )
+from lengthx.core.store_sources import check_own_name
 from lengthx.core.sweep import row_fields, sweep
 from lengthx.models.families import get_family
 from lengthx.models.generation import chat_prompt, encode, generate
@@ -121,6 +122,7 @@ class Runner:
                              "decoders: Qwen's logn, SSMax); in T5's encoder every row sees all L_ex keys and "
                              "both reduce to the log rule: use method=log")
         self._loaded = loaded
+        check_own_name(cfg.model, self.store.root)  # two own models under one name would share cells
         DIGESTS.update(self.store.load_digests())  # the weights are hashed in full once per file version
         self.weights = model_fingerprint(cfg.model.get("path"))  # part of every cell's and τ cache's key
         self.store.save_digests(DIGESTS)
