@@ -27,16 +27,28 @@ def no_start_token(tmp_path_factory) -> Path:
     return path
 
 
-def test_a_run_whose_cells_fail_exits_1_naming_the_count_and_the_first_error(no_start_token, tmp_path):
+def test_a_run_whose_cells_fail_exits_1_naming_the_count_and_the_first_error(tiny_model_dir, tmp_path):
+    """Lines records of 20 and 30 tokens cannot hold one line: both cells fail when they are built."""
     results = tmp_path / "results"
-    p = run_command(["run", "task=passkey", "method=none", f"model.path={no_start_token}", "model.l_tr=300",
-                     "task.num_examples=1", "task.settings=[320,400]", f"results_dir={results}", "batch_size=1"])
+    p = run_command(["run", "task=lines", "method=none", f"model.path={tiny_model_dir}", "model.l_tr=300",
+                     "task.num_examples=1", "task.unit=tokens", "task.settings=[20,30]", f"results_dir={results}"])
     assert p.returncode == 1, (p.stdout + p.stderr)[-3000:]
     last = p.stderr.strip().splitlines()[-1]
-    assert last.startswith("lengthx run: 2 cell(s) failed") and "decoder_start_token_id" in last, last
+    assert last.startswith("lengthx run: 2 cell(s) failed") and "exceeds 20 tokens" in last, last
     assert "Traceback" not in p.stderr
     summary = run_command(["tables", "--summary", "--results-dir", str(results)])
-    assert "Failed cells (2;" in summary.stdout and "|none|passkey|320tokens: error: ValueError" in summary.stdout
+    assert "Failed cells (2;" in summary.stdout and "|none|lines|20tokens: error:" in summary.stdout
+
+
+def test_a_model_that_cannot_generate_stops_before_any_work(no_start_token, tmp_path):
+    """An own T5 without decoder_start_token_id: one line with the fix, exit 2, before Algorithm 1 (which spent
+    ~80 s on it) and before any cell."""
+    results = tmp_path / "results"
+    p = run_command(["run", "task=passkey", "method=pmax", f"model.path={no_start_token}", "model.l_tr=300",
+                     "task.num_examples=1", "task.settings=[320]", f"results_dir={results}", "batch_size=1"])
+    assert p.returncode == 2, (p.stdout + p.stderr)[-3000:]
+    assert "cannot generate" in p.stderr and "Fix: set decoder_start_token_id" in p.stderr
+    assert not (results / "results.csv").exists() and not (results / "calibration").exists()
 
 
 def test_figures_of_a_named_results_directory_that_does_not_exist_is_a_user_error(tmp_path):

@@ -47,7 +47,7 @@ from lengthx.core.store import (
 from lengthx.core.store_sources import check_own_name
 from lengthx.core.sweep import row_fields, sweep
 from lengthx.models.families import get_family
-from lengthx.models.generation import chat_prompt, encode, generate
+from lengthx.models.generation import chat_prompt, check_generates, encode, generate
 from lengthx.models.loading import DIGESTS, LoadedModel, load_model, load_tokenizer, model_fingerprint
 from lengthx.tasks import Example, Setting, build_task, resolve_settings
 from lengthx.tasks.base import CALIBRATION_RESERVE, truncated_example
@@ -135,6 +135,8 @@ class Runner:
         if self._loaded is None:
             self._loaded = load_model(self.cfg.model, device=self.cfg.device, dtype=self.cfg.dtype,
                                       attention=self.cfg.get("attention"))
+            if getattr(self.task, "scoring", "generation") == "generation":  # before any search or cell
+                check_generates(self._loaded, f"model={self.cfg.model.name} ({self.cfg.model.get('path') or 'hub'})")
         return self._loaded
 
     @property

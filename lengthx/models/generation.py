@@ -69,6 +69,25 @@ def whitespace_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     return cached
 
 
+def check_generates(loaded: LoadedModel, where: str) -> None:
+    """One greedy token from a one-token input, so that a model that cannot generate (an encoder-decoder whose
+    config names no ``decoder_start_token_id``) stops the run at once with the fix, before Algorithm 1 or any cell
+    spends minutes on it. Raises :class:`lengthx.models.loading.ModelNotAvailable` naming ``where``."""
+    from lengthx.models.loading import ModelNotAvailable
+
+    tok = loaded.tokenizer
+    first = tok.eos_token_id if tok.eos_token_id is not None else 0
+    ids = torch.tensor([[first]], device=loaded.device)
+    try:
+        with torch.no_grad():
+            loaded.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=1,
+                                  do_sample=False, num_beams=1)
+    except ValueError as err:
+        fix = (" Fix: set decoder_start_token_id in its config.json and generation_config.json (T5: the pad id, 0)"
+               if "decoder_start_token_id" in str(err) else "")
+        raise ModelNotAvailable(f"{where} cannot generate: {' '.join(str(err).split())}{fix}") from None
+
+
 def generate(loaded: LoadedModel, prompts: list[str], max_new_tokens: int, first_line: bool = False,
              start_with_text: bool = False) -> list[str]:
     """Greedy decoding; returns only the newly generated text (up to its first complete line when
