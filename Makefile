@@ -12,10 +12,14 @@ PYTEST_PARALLEL ?= -n auto --maxprocesses 4 --dist loadfile
 
 install: $(VENV)/.installed
 
-# torch is pinned first (the CPU wheel); pyproject says torch>=2.6 so GPU users keep their own build.
+# torch is pinned first; pyproject says torch>=2.6 so GPU users keep their own build. Which build the pin gets is
+# the index's: on plain PyPI for Linux, torch==2.13.0 is the CUDA build (several GB of nvidia-* packages); the
+# CPU-only build is one setting away: make install TORCH_INDEX=https://download.pytorch.org/whl/cpu (a machine
+# whose pip configuration already serves the CPU wheel, as CI's, needs none).
+TORCH_INDEX ?=
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 

@@ -191,3 +191,19 @@ def test_two_own_models_under_one_name_cannot_hide_each_other(tmp_path):
     assert str(a) in p.stderr and str(c) in p.stderr and "Traceback" not in p.stderr
     same = Path(shutil.copytree(a, tmp_path / "b" / "my-model"))
     assert run(same).returncode == 0  # the same weights at another path: the same cells, done
+
+
+def test_the_install_takes_the_torch_index_it_is_given():
+    """make install's torch pin comes from TORCH_INDEX when set (the CPU-only build one setting away), and from
+    pip's own configuration when not."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+
+    def install(*extra: str) -> str:
+        return subprocess.run(["make", "-n", "-B", "install", "VENV=/tmp/lengthx-none", *extra], cwd=root,
+                              capture_output=True, text=True).stdout
+
+    cpu = "https://download.pytorch.org/whl/cpu"
+    assert f"torch==2.13.0 --index-url {cpu}" in install(f"TORCH_INDEX={cpu}")
+    assert "--index-url" not in install()
