@@ -63,3 +63,12 @@ def test_no_l_tr_column_without_l_tr_cells_and_a_caption_on_temperature_tables()
     md = render(TABLE9, _frame(with_l_tr=True)).markdown
     assert "L_tr" not in _header(md)
     assert "does not do lines at L_tr" in md and "mini-T5 at L_tr on passkey: 100%" in md
+
+
+def test_the_usual_count_is_of_the_cells_the_table_shows():
+    """A store holding other cells of the same task (the demo's K = 5 records, n = 60) does not make a table whose
+    filled cells are all n = 4 say "n = 60"."""
+    rows = [_row(m, "passkey", "20k", 100.0, n=4) for m in ("none", "pmax")]
+    rows += [_row(m, "passkey", "2560tokens-5topics", 50.0, n=60) for m in ("none", "pmax", "entropy")]
+    md = render(TABLE4, pd.DataFrame(rows)).markdown
+    assert "Examples per cell: n = 4." in md and "(n=4)" not in md

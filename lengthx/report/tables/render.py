@@ -328,7 +328,8 @@ def _fills_a_column(spec: TableSpec, index: dict, model: str) -> bool:
 def _usual_count(counts: dict[tuple[str, str, str, str, str], int], spec: TableSpec) -> int | None:
     """The most common number of examples of the table's cells (None when no row names its count)."""
     metrics = {c.metric for c in spec.columns} | {r.metric for r in spec.rows or () if r.metric}
-    mine = [n for (_, _, task, _, metric), n in counts.items() if task in spec.tasks and metric in metrics]
+    shown = {(c.task, s) for c in spec.columns for s in (c.average_of or (c.setting,))}  # cells the table shows
+    mine = [n for (_, _, task, setting, metric), n in counts.items() if (task, setting) in shown and metric in metrics]
     return max(sorted(set(mine)), key=mine.count) if mine else None
 
 
