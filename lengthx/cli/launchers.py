@@ -56,6 +56,7 @@ def check_launcher(argv: list[str]) -> None:
             raise UsageError("hydra/launcher=slurm submits with sbatch, which is not on PATH (not a SLURM login "
                              "node). Fix: run it on the cluster, or hydra/launcher=submitit_local to run the same "
                              "sweep on this machine")
+        check_controller()
 
 
 def check_hydra_overrides(argv: list[str]) -> None:
@@ -86,3 +87,24 @@ def check_hydra_overrides(argv: list[str]) -> None:
                          "that key takes (`lengthx run --cfg hydra` shows Hydra's settings)") from None
     finally:
         GlobalHydra.instance().clear()
+
+
+def check_controller(timeout: float = 30.0) -> None:
+    """Raise :class:`UsageError` when no SLURM controller answers ``scontrol ping``: one line naming
+    ``SLURM_CONF`` (without it SLURM's clients look the controller up in DNS) and the fix, before any job is
+    submitted."""
+    import os
+    import subprocess
+
+    conf = os.environ.get("SLURM_CONF")
+    where = f"SLURM_CONF={conf}" if conf else "SLURM_CONF is not set, so the clients look the controller up in DNS"
+    try:
+        p = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=timeout)
+        said = " ".join((p.stdout + p.stderr).split())
+        up = p.returncode == 0 and "UP" in p.stdout
+    except (OSError, subprocess.TimeoutExpired) as err:
+        said, up = str(err), False
+    if not up:
+        raise UsageError(f"hydra/launcher=slurm: no SLURM controller answers ({where}; scontrol ping: {said[:200]}). "
+                         "Fix: export SLURM_CONF=<your cluster's slurm.conf> on a login node (or start one: "
+                         "scripts/slurm/local_cluster.py, docs/cluster.md)")
