@@ -207,3 +207,16 @@ def test_the_install_takes_the_torch_index_it_is_given():
     cpu = "https://download.pytorch.org/whl/cpu"
     assert f"torch==2.13.0 --index-url {cpu}" in install(f"TORCH_INDEX={cpu}")
     assert "--index-url" not in install()
+
+
+def test_a_refused_training_leaves_nothing_behind(tmp_path):
+    """A run refused inside Hydra's job (a method that needs an OOTB run not trained yet) exits 2 and leaves no
+    runs/.hydra/<date>/train.log."""
+    import subprocess
+
+    from test_faults import LENGTHX, _env
+
+    p = subprocess.run(LENGTHX + ["train", "model=gpt2", "method=chunk-0.25", "l_e_factor=4"], cwd=tmp_path,
+                       capture_output=True, text=True, env=_env(), timeout=300)
+    assert p.returncode == 2 and "OOTB run" in p.stderr, p.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == []

@@ -47,11 +47,41 @@ def _train(cfg: Any) -> None:
     from lengthx.segmented.loop import main_summary, train
 
     # configuration mistakes (unknown family, bad α, missing files, a foreign output_dir, a checkpoint that is
-    # not safetensors and JSON): one paragraph, exit 2
-    with reported("lengthx train"):
-        result = train(apply_profile(cfg))
+    # not safetensors and JSON): one paragraph, exit 2, and Hydra's record of the refused run removed
+    try:
+        with reported("lengthx train"):
+            result = train(apply_profile(cfg))
+    except SystemExit as stop:
+        if stop.code == 2:
+            drop_record_of_refused_run()
+        raise
     if result.is_main:
         print(main_summary(result))
+
+
+def drop_record_of_refused_run() -> None:
+    """Remove the output folder Hydra made for this job when it holds nothing but Hydra's own record (its
+    ``.hydra`` folder and ``train.log``): a refused run leaves nothing behind. Empty parents go with it, up to the
+    runs place's ``.hydra`` folder."""
+    import shutil
+    from pathlib import Path
+
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return
+    out = Path(HydraConfig.get().runtime.output_dir)
+    if not out.is_dir() or {p.name for p in out.iterdir()} - {".hydra", "train.log"}:
+        return
+    shutil.rmtree(out, ignore_errors=True)
+    for parent in out.parents:
+        if not parent.is_dir() or any(parent.iterdir()):
+            break
+        parent.rmdir()
+        if parent.name == ".hydra":
+            if not any(parent.parent.iterdir()):
+                parent.parent.rmdir()
+            break
 
 
 def train_main(argv: list[str]) -> None:
