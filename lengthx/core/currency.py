@@ -79,15 +79,21 @@ def check_currency(root: Path, df: pd.DataFrame, progress: Callable[[str], None]
             verdict.unverifiable[cell] = "computed through the Python API, which has no command line to compose again"
             continue
         jobs.setdefault(tuple(source["overrides"]), []).append((cell, chash, str(r.setting)))
+    seen: dict[tuple[str, ...], str] = {}  # a task's behaviour at a setting, shared by the jobs of its methods
     for k, (overrides, cells) in enumerate(jobs.items(), 1):
         if progress is not None:
             progress(f"checking {len(cells)} cell(s) of job {k}/{len(jobs)}: {' '.join(overrides)}")
-        _check_job(list(overrides), cells, verdict)
+        _check_job(list(overrides), cells, verdict, seen)
     return verdict
 
 
-def _check_job(overrides: list[str], cells: list[tuple[str, str, str]], verdict: Currency) -> None:
+def _check_job(overrides: list[str], cells: list[tuple[str, str, str]], verdict: Currency,
+               seen: dict[tuple[str, ...], str]) -> None:
     """Compose one job's overrides and hash each of its cells as a run would."""
+    import json
+
+    from omegaconf import OmegaConf
+
     from lengthx.config import compose
     from lengthx.core.cells import cell_hash, task_behaviour
     from lengthx.models.loading import load_tokenizer, model_fingerprint
@@ -107,8 +113,9 @@ def _check_job(overrides: list[str], cells: list[tuple[str, str, str]], verdict:
         return
     profile, l_tr = str(cfg.profile.name), int(cfg.model.l_tr)
     task = build_task(cfg.task, profile, l_tr)
-    tokenizer: Any = load_tokenizer(cfg.model)
+    tokenizer: Any = None
     fingerprint = model_fingerprint(path)
+    task_key = json.dumps(OmegaConf.to_container(cfg.task, resolve=True), sort_keys=True, default=str)
     settings = {s.label: s for s in all_settings(cfg.task, profile, l_tr)}
     settings["L_tr"] = Setting("L_tr", l_tr, "tokens")  # lengthx stats' reference cell
     for cell, chash, label in cells:
@@ -116,10 +123,15 @@ def _check_job(overrides: list[str], cells: list[tuple[str, str, str]], verdict:
         if setting is None:
             verdict.stale[cell] = f"its command no longer has a setting {label!r}"
             continue
-        try:
-            behaviour = task_behaviour(task, setting, tokenizer, int(cfg.task.get("seed") or 0))
-        except (ValueError, OSError) as err:
-            behaviour = f"cannot build: {type(err).__name__}: {err}"
+        key = (task_key, profile, str(l_tr), str(path), fingerprint, setting.label, str(setting.value), setting.unit)
+        if key not in seen:
+            if tokenizer is None:
+                tokenizer = load_tokenizer(cfg.model)
+            try:
+                seen[key] = task_behaviour(task, setting, tokenizer, int(cfg.task.get("seed") or 0))
+            except (ValueError, OSError) as err:
+                seen[key] = f"cannot build: {type(err).__name__}: {err}"
+        behaviour = seen[key]
         now = cell_hash(cfg, setting, fingerprint, behaviour)
         if now == chash:
             verdict.current.append(cell)
