@@ -73,6 +73,8 @@ def l_tr_notes(spec: TableSpec, ok: pd.DataFrame, intervals: dict, models: list[
                info: dict[str, dict[str, str]]) -> list[str]:
     """One caption line per stand-in and task whose τ = 1 score at L_tr is below :data:`L_TR_BAR` (or, on a
     temperature table, every task's score at L_tr); a stand-in with no L_tr cell for a task is named too."""
+    if any(c.setting == "L_tr" for c in spec.columns):  # Tables 1, 7: the dispersal at L_tr is their own column
+        return []
     found = l_tr_rows(ok, spec.tasks)
     out: list[str] = []
     for model in models:
