@@ -220,3 +220,24 @@ def test_a_refused_training_leaves_nothing_behind(tmp_path):
                        capture_output=True, text=True, env=_env(), timeout=300)
     assert p.returncode == 2 and "OOTB run" in p.stderr, p.stderr[-2000:]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_algorithm_1_shows_each_tau_it_tries(caplog):
+    """Algorithm 1's search (minutes at long lengths) logs its target and every τ it measures as it goes."""
+    import logging
+
+    from transformers import AutoTokenizer, T5ForConditionalGeneration
+
+    import lengthx
+
+    path = lengthx.mini_path("mini-t5")
+    model = T5ForConditionalGeneration.from_pretrained(path, dtype="float32")
+    tok = AutoTokenizer.from_pretrained(path)
+    short = [e.prompt for e in lengthx.task_examples("passkey", tok, 256, n=1)]
+    long = [lengthx.task_examples("passkey", tok, 1024, seed=1)[0].prompt]
+    with caplog.at_level(logging.INFO, logger="lengthx"):
+        result = lengthx.calibrate(model, tok, short, long, mode="pmax", search="grid", row_stride=8)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Algorithm 1:")]
+    assert lines[0].startswith("Algorithm 1: S̄_tr(1) = ")
+    tried = [line for line in lines if "S̄_ex(τ = " in line]
+    assert len(tried) == len(result.evaluated) >= 2

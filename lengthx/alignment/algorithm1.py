@@ -151,7 +151,10 @@ def calibrate(loaded: Any, reference: Batches, extrapolation: Batches, options: 
 
 def reference_statistic(loaded: Any, reference: Batches, options: CalibrationOptions) -> float:
     """S̄_tr(1): FINDS(1, M) on the length-L_tr batches, as :func:`find_s`."""
-    return options.capture(loaded, reference, 1.0).mean(options.mode)
+    value = options.capture(loaded, reference, 1.0).mean(options.mode)
+    log.info("Algorithm 1: S̄_tr(1) = %.4f (%s, %d record(s) at L_tr); searching τ at L_ex", value, options.mode,
+             len(reference))
+    return value
 
 
 def align_to(loaded: Any, extrapolation: Batches, target: float, options: CalibrationOptions) -> Alignment:
@@ -159,8 +162,12 @@ def align_to(loaded: Any, extrapolation: Batches, target: float, options: Calibr
 
     Called on its own, after :func:`reference_statistic`, where the model changes between the two phases
     (paper B's GPT-2 reads its APE table at L_t, and interpolated to L_ex at L_ex)."""
-    return align_temperature(lambda t: options.capture(loaded, extrapolation, t).mean(options.mode), target,
-                             options.mode, options.search, temperature_grid(options.tau_min))
+    def statistic(t: float) -> float:  # one statistics pass per τ tried, each logged: the search shows progress
+        value = options.capture(loaded, extrapolation, t).mean(options.mode)
+        log.info("Algorithm 1: S̄_ex(τ = %.2f) = %.4f (target %.4f)", t, value, target)
+        return value
+
+    return align_temperature(statistic, target, options.mode, options.search, temperature_grid(options.tau_min))
 
 
 def _per_layer(stats: Any, mode: str) -> list[float]:
