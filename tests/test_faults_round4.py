@@ -241,3 +241,12 @@ def test_algorithm_1_shows_each_tau_it_tries(caplog):
     assert lines[0].startswith("Algorithm 1: S̄_tr(1) = ")
     tried = [line for line in lines if "S̄_ex(τ = " in line]
     assert len(tried) == len(result.evaluated) >= 2
+
+
+def test_a_mount_name_with_utf8_and_a_space_is_read_whole_and_its_local_locks_refused():
+    from lengthx.core.store_mounts import _unescape, node_local_locks
+
+    assert _unescape(r"/mnt/lab\040däta") == "/mnt/lab däta"
+    info = "36 35 0:45 / /mnt/lab\\040däta rw,relatime shared:1 - nfs4 server:/x rw,vers=4.2,local_lock=flock\n"
+    why = node_local_locks(Path("/mnt/lab däta/results"), info)
+    assert why is not None and "local_lock=flock" in why

@@ -15,14 +15,19 @@ the store reports when it first takes its lock.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 MOUNTINFO = Path("/proc/self/mountinfo")
 
 
 def _unescape(field: str) -> str:
-    """A mountinfo path field with its octal escapes (``\\040`` for a space) decoded."""
-    return field.encode().decode("unicode_escape") if "\\" in field else field
+    """A mountinfo path field with its octal escapes (``\\040`` for a space) decoded, as bytes: the rest of the
+    field (UTF-8, e.g. ``däta``) stays as it is."""
+    if "\\" not in field:
+        return field
+    raw = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), field.encode("utf-8"))
+    return raw.decode("utf-8", errors="surrogateescape")
 
 
 def mount_of(path: Path, mountinfo: str) -> tuple[str, str, set[str]] | None:
