@@ -14,6 +14,7 @@ from typing import Any
 from lengthx.errors import UsageError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+MAX_L_TR = 1_000_000  # the longest training length accepted (model.l_tr, task.l_t, a config's), in tokens
 
 
 CONF_DIR = Path(os.environ.get("LENGTHX_CONF", PACKAGE_DIR / "conf")).resolve()

@@ -250,3 +250,19 @@ def test_a_mount_name_with_utf8_and_a_space_is_read_whole_and_its_local_locks_re
     info = "36 35 0:45 / /mnt/lab\\040däta rw,relatime shared:1 - nfs4 server:/x rw,vers=4.2,local_lock=flock\n"
     why = node_local_locks(Path("/mnt/lab däta/results"), info)
     assert why is not None and "local_lock=flock" in why
+
+
+def test_an_own_models_stated_length_past_the_limit_names_the_file_and_key(tmp_path):
+    """config.json's n_positions=10**12 is the checkpoint's claim, not a model.l_tr the user set."""
+    import json
+
+    from conftest import tiny_gpt2
+
+    tiny_gpt2().save_pretrained(tmp_path)
+    byte_tokenizer().save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["n_positions"] = 10**12
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    p = run_command(["run", "model=hf", f"model.path={tmp_path}", "task=passkey", "method=none", "--dry-run"])
+    assert p.returncode == 2 and "config.json states n_positions=1000000000000" in p.stderr, p.stderr[-2000:]
+    assert "model.l_tr=1000000000000" not in p.stderr

@@ -24,11 +24,10 @@ from typing import Annotated, Any, Literal
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from lengthx.config import check_output_place, examples_per_setting
+from lengthx.config import MAX_L_TR, check_output_place, examples_per_setting
 from lengthx.errors import UserError, one_line
 
 MAX_SETTING = 10_000_000  # the longest setting accepted, in task.unit (10M tokens is far past any model here)
-MAX_L_TR = 1_000_000  # the longest training length accepted (model.l_tr, task.l_t), in tokens
 MAX_EXAMPLES = 100_000  # the most examples (or calibration examples) per setting accepted
 MAX_BATCH = 4096  # the most examples per batch accepted
 MAX_NAME = 100  # the longest model.name accepted: it names the results' files (a file name holds 255 bytes)
@@ -152,7 +151,7 @@ FIXES = {
     "task.attention_factor": f"a multiple of L_t above 0 and at most {MAX_FACTOR}, e.g. task.attention_factor=4",
     "task.attention_medians": f"a count from 0 to {MAX_EXAMPLES:,}, e.g. task.attention_medians=4",
     "task.generated_records": f"a count {COUNT}, e.g. task.generated_records=500",
-    "model.l_tr": f"the model's training length in tokens, from 1 to {MAX_L_TR:,} (lengthx.cli.validate.MAX_L_TR), "
+    "model.l_tr": f"the model's training length in tokens, from 1 to {MAX_L_TR:,} (lengthx.config.MAX_L_TR), "
                   "e.g. model.l_tr=512",
     "model.trust_remote_code": "true or false",
     "model.name": f"a name of 1 to {MAX_NAME} characters (it names the cells' record files), e.g. model.name=my-t5",

@@ -25,9 +25,15 @@ from typing import Any
 
 from omegaconf import open_dict
 
-from lengthx.config import choices
+from lengthx.config import MAX_L_TR, choices
 from lengthx.errors import UsageError
-from lengthx.models.model_types import FAMILY_PE, MODEL_TYPES, trusted_keys_text, trusted_training_length
+from lengthx.models.model_types import (
+    FAMILY_PE,
+    MODEL_TYPES,
+    TRUSTED_LENGTH_KEYS,
+    trusted_keys_text,
+    trusted_training_length,
+)
 
 log = logging.getLogger("lengthx")
 
@@ -143,6 +149,11 @@ def resolve_own_model(model_cfg: Any) -> None:
     l_tr = model_cfg.get("l_tr")
     if l_tr is None:
         l_tr = trusted_training_length(config)
+        if l_tr is not None and l_tr > MAX_L_TR:
+            key = TRUSTED_LENGTH_KEYS[model_type]
+            raise UsageError(f"model=hf {where}: {file} states {key}={l_tr}, more than lengthx takes as a training "
+                             f"length ({MAX_L_TR:,} tokens). Fix: correct {key} in {file}, or model.l_tr=N, the length "
+                             "in tokens the model was trained on")
         if l_tr is None:
             raise UsageError(f"model=hf {where}: model.l_tr is required, because {file} states no training length "
                              f"lengthx trusts (it reads only {trusted_keys_text()}; docs/design.md §4). Fix: "
