@@ -269,8 +269,12 @@ class Bench:
         path = Path(self.args.resume) if self.args.resume else None
         if path is None or not path.is_file():
             return {}
-        cells = json.loads(path.read_text()).get("cells", [])
-        return {cell_key(c): c["result"] for c in cells if measured(c.get("result", {}))}
+        earlier = json.loads(path.read_text())
+        here = report_data([], self.args, self.device)["device"]
+        if earlier.get("device") != here:
+            raise SystemExit(f"error: --resume {path} was measured on {earlier.get('device')}, this run is on {here}: "
+                             "its timings are not this device's. Fix: --resume a report of this device, or none")
+        return {cell_key(c): c["result"] for c in earlier.get("cells", []) if measured(c.get("result", {}))}
 
     def save(self) -> None:
         out = Path(self.args.out)
@@ -303,7 +307,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: --merge {' '.join(missing) or '…'}: {'no such file' if missing else 'needs --out'}. Fix: "
                   "name the JSONs the GPU calls wrote, and --out for the merged report", file=sys.stderr)
             return 2
-        data = merge_reports([(Path(m).name, json.loads(Path(m).read_text())) for m in args.merge])
+        try:
+            data = merge_reports([(Path(m).name, json.loads(Path(m).read_text())) for m in args.merge])
+        except ValueError as err:
+            print(f"error: --merge: {err}", file=sys.stderr)
+            return 2
         Path(args.out).with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
         Path(args.out).write_text(render(data))
         return 0

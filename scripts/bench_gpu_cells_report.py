@@ -65,6 +65,11 @@ def measured(result: dict[str, Any]) -> bool:
 def merge_reports(reports: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     """Several calls' JSONs as one report: every cell any call lists (the first's order, then cells new in later
     calls), each with the last result for it (model, paper, task, length) that no budget skipped."""
+    devices = {r.get("device") for _, r in reports}
+    if len(devices) > 1:
+        raise ValueError("the reports were measured on different devices ("
+                         + "; ".join(f"{n}: {r.get('device')}" for n, r in reports)
+                         + "): one report holds one device's timings. Fix: merge the reports of one device only")
     first = reports[0][1]
     data = {**first, "cells": [dict(c) for c in first["cells"]]}
     at = {cell_key(c): c for c in data["cells"]}

@@ -123,7 +123,7 @@ def test_resume_keeps_what_an_earlier_run_measured_and_reruns_what_it_skipped(tm
     """A second GPU call goes on from the first's JSON: measured or failed cells are kept as they were, cells the
     first skipped for its budget are not copied (here the budget is spent at once, so they are skipped anew)."""
     picked = [c for c in cells_bench.paper_cells(smoke=True) if c.model in SMOKE_MODELS]
-    earlier = {"cells": [{"model": c.model, "paper": c.paper, "task": c.task, "length": c.length,
+    earlier = {"device": "CPU (bench_gpu_cells, smoke)", "cells": [{"model": c.model, "paper": c.paper, "task": c.task, "length": c.length,
                           "result": {"status": "ok", "fits": True, "per_example_s": 1.5 + i}} for i, c in
                          enumerate(picked)]}
     earlier["cells"][-1]["result"] = {"status": "skipped: budget", "from_the_file": True}
@@ -137,6 +137,10 @@ def test_resume_keeps_what_an_earlier_run_measured_and_reruns_what_it_skipped(tm
     assert [c["result"] for c in second[:-1]] == [c["result"] for c in earlier["cells"][:-1]]
     assert second[-1]["result"] == {"status": "skipped: budget"}
     assert not (tmp_path / "work" / "models").exists()  # nothing was built
+    earlier["device"] = "NVIDIA H100 80GB HBM3 (bench_gpu_cells)"  # another device's timings are never kept
+    (tmp_path / "first.json").write_text(json.dumps(earlier))
+    with pytest.raises(SystemExit, match="was measured on NVIDIA H100"):
+        cells_bench.main(argv)
 
 
 def test_merge_joins_calls_keeping_each_cells_last_measured_result(tmp_path):
@@ -164,3 +168,7 @@ def test_merge_joins_calls_keeping_each_cells_last_measured_result(tmp_path):
     assert "decoder_step" not in merged["passes"]  # a step lost in the timing jitter is no cost of 0 s
     assert merged["meta"]["budget_s"] == 15.0 and "over 2 calls (call1.json, call2.json)" in out.read_text()
     assert cells_bench.main(["--merge", str(tmp_path / "call9.json"), "--out", str(out)]) == 2
+    smoke = tmp_path / "smoke.json"  # a CPU smoke report never replaces a GPU's timings under its name
+    smoke.write_text(json.dumps({**second, "device": "CPU (bench_gpu_cells, smoke)"}))
+    assert cells_bench.main(["--merge", str(paths[0]), str(smoke), "--out", str(tmp_path / "m2.md")]) == 2
+    assert not (tmp_path / "m2.md").exists()
