@@ -266,3 +266,12 @@ def test_an_own_models_stated_length_past_the_limit_names_the_file_and_key(tmp_p
     p = run_command(["run", "model=hf", f"model.path={tmp_path}", "task=passkey", "method=none", "--dry-run"])
     assert p.returncode == 2 and "config.json states n_positions=1000000000000" in p.stderr, p.stderr[-2000:]
     assert "model.l_tr=1000000000000" not in p.stderr
+
+
+def test_the_estimate_says_what_share_it_prices_and_whose_costs_they_are():
+    p = run_command(["plan", "profile=paper", "experiment=aa_table4", "device=cpu", "--estimate"])
+    assert p.returncode == 0, p.stderr[-2000:]
+    total = next(line for line in p.stdout.splitlines() if line.strip().startswith("total"))
+    share = int(total.split("(")[1].split("%")[0])
+    assert 0 <= share < 100 and "of passes priced) + unmeasured" in total
+    assert "note: device=cpu was asked, but these are the costs measured on NVIDIA" in p.stdout

@@ -16,8 +16,13 @@ def _count(n: float) -> str:
 
 
 def _hours(total: Total) -> str:
+    """The measured hours, and when some passes have no measured cost, the share of passes they price."""
     measured = f"{total.seconds / 3600:.2f}" if total.passes else "0"
-    return measured + (" + unmeasured" if total.unmeasured else "")
+    if not total.unmeasured:
+        return measured
+    every = sum(total.passes.values())
+    priced = 1 - sum(total.unmeasured.values()) / every if every else 0.0
+    return f"{measured} ({priced:.0%} of passes priced) + unmeasured"
 
 
 def estimate_totals(jobs: list[tuple[str, Any, list[Any], bool]], costs: Costs) -> dict[str, Total]:
@@ -52,13 +57,18 @@ def estimate_lines(jobs: list[tuple[str, Any, list[Any], bool]], profile: str, c
     hours = "GPU-hours" if profile == "paper" else "hours"
     lines = [f"\nestimate on {costs.device} (profile={profile}; measured costs only, unmeasured passes counted "
              "apart):", f"  {'experiment':22s} {'cells':>6s} {'examples':>9s} {'tokens':>8s} {'encoder':>8s} "
-             f"{'decoder':>8s} {'stats':>8s} {hours:>20s}"]
+             f"{'decoder':>8s} {'stats':>8s} {hours:>40s}"]
+    asked = sorted({str(cfg.device) for _, cfg, _, _ in jobs if str(cfg.device) != "auto"})
+    other = [d for d in asked if (profile == "paper") != d.startswith("cuda")]
+    if other:
+        lines.insert(1, f"  note: device={other[0]} was asked, but these are the costs measured on {costs.device}; "
+                        "no figure here is that device's")
     for name, total in totals.items():
         tokens = _count(total.tokens) + ("+?" if total.unknown_tokens else "")
         decoder = total.passes.get("decoder_step", 0) + total.passes.get("decoder_pass", 0)
         lines.append(f"  {name:22s} {total.cells:6d} {_count(total.examples):>9s} {tokens:>8s} "
                      f"{_count(total.passes.get('encoder', 0)):>8s} {_count(decoder):>8s} "
-                     f"{_count(total.passes.get('stats', 0)):>8s} {_hours(total):>20s}")
+                     f"{_count(total.passes.get('stats', 0)):>8s} {_hours(total):>40s}")
     lines.append("  tokens: prompt tokens of the evaluation examples (the task's paper_l_ex where a setting is not "
                  "in tokens; +? = cells of unknown length); decoder: generation steps (at most max_new_tokens) or "
                  "scoring passes; stats: Algorithm 1's reference and search passes, Props 1-2, lengthx stats")
