@@ -36,6 +36,12 @@ def readings(store: ResultsStore, df: pd.DataFrame, baseline: str = "none") -> l
     first_metric = ok.groupby("task", sort=False)["metric"].first()
     ok = ok[ok["metric"] == ok["task"].map(first_metric)]
     intervals = table_intervals(store, _readable(ok, baseline), set(ok["task"]), set(ok["metric"]), baseline)
+    # only the settings whose baseline has an interval can be read: the rest of a lab's store is never scanned
+    keys = {(m, t, s) for (m, me, t, s, _) in intervals if me == baseline}
+    ok = ok[[k in keys for k in zip(ok["model"], ok["task"], ok["setting"].astype(str), strict=True)]]
+    bases: dict[tuple[str, str, str], list] = {}  # the baseline's rows by (model, task, metric), for its L_tr
+    for r in ok[ok["method"] == baseline].itertuples():
+        bases.setdefault((r.model, r.task, r.metric), []).append(r)
     lines = []
     for (model, task, setting), group in ok.groupby(["model", "task", "setting"], sort=False):
         metric = first_metric[task]
@@ -53,7 +59,7 @@ def readings(store: ResultsStore, df: pd.DataFrame, baseline: str = "none") -> l
         held = _held(store, str(b["cell"]))
         text = (f"{model} {task} {setting} ({ratio}{held + ', ' if held else ''}n = {base.n}): τ = 1 "
                 f"{_value(float(b['value']), base.low, base.high, score)}")
-        at_l_tr = _at_training_length(ok, intervals, model, task, metric, l_tr, baseline, _count(setting))
+        at_l_tr = _at_training_length(bases.get((model, task, metric), []), intervals, l_tr, baseline, _count(setting))
         if at_l_tr and str(setting) != at_l_tr[0]:
             held_there = _held(store, at_l_tr[4])  # so a reader sees whether L_tr held the same count
             text += f" ({_value(*at_l_tr[1:4], score)} at L_tr{', ' + held_there if held_there else ''})"
@@ -105,16 +111,16 @@ def _held(store: ResultsStore, cell: str) -> str:
     return f"{counts[0]} topics" if counts[0] == counts[-1] else f"{counts[0]}-{counts[-1]} topics"
 
 
-def _at_training_length(ok: pd.DataFrame, intervals: dict, model: str, task: str, metric: str, l_tr: float | None,
-                        baseline: str, count: str = "") -> tuple[str, float, float, float, str] | None:
-    """(setting, value, low, high, cell) of the baseline cell whose requested length is the model's L_tr, at the
-    same fixed count of conversations as the setting read (``count``: :func:`_count`), if any."""
+def _at_training_length(rows: list, intervals: dict, l_tr: float | None, baseline: str,
+                        count: str = "") -> tuple[str, float, float, float, str] | None:
+    """(setting, value, low, high, cell) of the baseline cell among ``rows`` (one model, task and metric) whose
+    requested length is the model's L_tr, at the same fixed count of conversations as the setting read
+    (``count``: :func:`_count`), if any."""
     if l_tr is None:
         return None
-    rows = ok[(ok["model"] == model) & (ok["task"] == task) & (ok["method"] == baseline) & (ok["metric"] == metric)]
-    for r in rows.itertuples():
+    for r in rows:
         if pd.to_numeric(pd.Series([r.L_req]), errors="coerce").iloc[0] == l_tr and _count(r.setting) == count:
-            c = intervals.get((model, baseline, task, str(r.setting), metric))
+            c = intervals.get((r.model, baseline, r.task, str(r.setting), r.metric))
             if c is not None:
                 return str(r.setting), float(r.value), c.low, c.high, str(r.cell)
     return None

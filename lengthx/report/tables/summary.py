@@ -10,6 +10,8 @@ not be what this code computes (``lengthx run`` recomputes a cell whose task or 
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import pandas as pd
 
 from lengthx.core.store import UNALIGNED_MARK
@@ -19,15 +21,19 @@ from lengthx.report.tables.render import UNALIGNED_NOTE, latest_ok, unaligned
 OTHER_CODE = "†"
 
 
-def _entry(row: pd.Series, current: str | None, stale: set[str] | frozenset[str] = frozenset()) -> str:
-    tau = row.get("tau")
-    shown = short_number(row["value"]) if isinstance(row["value"], float) else str(row["value"])
+def _entry(row: tuple, current: str | None, stale: set[str] | frozenset[str] = frozenset(),
+           other: bool | None = None) -> str:
+    """One cell of the summary from a row of ``itertuples`` (value, τ with its grid-end mark, n, the marks)."""
+    tau, value = getattr(row, "tau", None), row.value
+    shown = short_number(value) if isinstance(value, float) else str(value)
     mark_tau = UNALIGNED_MARK if unaligned(row) else ""
     tau_text = f"τ={float(tau):.2f}{mark_tau}, " if pd.notna(tau) and str(tau) != "" and float(tau) != 1.0 else ""
-    n = row.get("n")
+    n = getattr(row, "n", None)
     n_text = f"n={int(n)}" if pd.notna(n) else "n=?"
-    mark = OTHER_CODE if other_code(row.get("git_commit"), current) else ""
-    mark += STALE_MARK if row.get("cell") in stale else ""
+    if other is None:
+        other = other_code(getattr(row, "git_commit", None), current)
+    mark = OTHER_CODE if other else ""
+    mark += STALE_MARK if getattr(row, "cell", None) in stale else ""
     return f"{shown} ({tau_text}{n_text}){mark}"
 
 
@@ -64,13 +70,19 @@ def summary_markdown(df: pd.DataFrame, current: str | None = None,
     methods = list(dict.fromkeys(ok["method"]))
     lines = ["| model | task | setting | metric | " + " | ".join(methods) + " |",
              "|---|---|---|---|" + "---|" * len(methods)]
-    for (model, task, setting), group in ok.groupby(["model", "task", "setting"], sort=False):
-        by_method = {r["method"]: _entry(r, current, stale) for _, r in group.iterrows()}
-        metric = first_metric[task]
-        lines.append(f"| {model} | {task} | {setting} | {metric} | "
+    rows: dict[tuple[str, str, str], dict[str, str]] = {}  # (model, task, setting) in the order they ran
+    short = ""
+    fields = ("model", "task", "setting", "method", "value", "tau", "n", "git_commit", "cell", "message")
+    Row = namedtuple("Row", fields)  # plain Python values: a lab's store has ~10^5 cells
+    columns = [ok[c].tolist() if c in ok.columns else [None] * len(ok) for c in fields]
+    other = {c: other_code(c, current) for c in set(columns[fields.index("git_commit")])}
+    for r in (Row(*values) for values in zip(*columns, strict=True)):
+        rows.setdefault((r.model, r.task, r.setting), {})[r.method] = _entry(r, current, stale, other[r.git_commit])
+        short = short or (UNALIGNED_NOTE if unaligned(r) else "")
+    for (model, task, setting), by_method in rows.items():
+        lines.append(f"| {model} | {task} | {setting} | {first_metric[task]} | "
                      + " | ".join(by_method.get(m, "–") for m in methods) + " |")
     note = code_versions_note(ok, current)
-    short = UNALIGNED_NOTE if any(unaligned(r) for _, r in ok.iterrows()) else ""
     old = STALE_NOTE if stale & set(ok["cell"]) else ""
     if listed:
         old = listed + (f"\n\n{old}" if old else "")
@@ -92,7 +104,8 @@ def code_versions_note(df: pd.DataFrame, current: str | None) -> str | None:
     if df.empty or "git_commit" not in df.columns:
         return None
     ok = latest_ok(df)
-    other = ok[[other_code(c, current) for c in ok["git_commit"]]] if not ok.empty else ok
+    flags = {c: other_code(c, current) for c in set(ok["git_commit"].tolist())}
+    other = ok[ok["git_commit"].map(flags).astype(bool)] if not ok.empty else ok
     if other.empty:
         return None
     versions = sorted({_commit(c) or "unknown" for c in other["git_commit"]})
