@@ -1,7 +1,7 @@
 """Benchmark of the commands that read ``results.csv`` at a lab's size (docs/results.md): ``lengthx tables
 --summary``, ``lengthx tables`` and a ``lengthx run`` whose cells are all done, on the committed ``results/mini``
-and on a copy grown to ``--rows`` rows (older configurations of the same cells, the committed rows last, so the
-run still finds its cells done), side by side, one thread.
+and on copies grown to ``--rows`` rows (older configurations of the same cells; or, a lab's store, distinct cells
+of other models), the committed rows last so that the run still finds its cells done; side by side, one thread.
 
 Each command runs as a fresh process once per round, after one round that is not counted: it leaves what any
 earlier command leaves (the parsed copy of ``results.csv``, the run's kept cell hashes), the state a user's
@@ -42,19 +42,25 @@ COMMANDS = (
     ("run, every cell done", lambda d: [*RUN, f"results_dir={d}"]),
 )
 CACHES = (".cache", ".hydra", "tables")  # what the commands leave beside the results
+# committed results/mini; grown with old configurations of the same cells; grown with cells of other models
+SIZES = ("committed", "grown", "distinct")
 
 
-def grown_copy(dest: Path, rows: int) -> Path:
+def grown_copy(dest: Path, rows: int, distinct: bool = False) -> Path:
     """``results/mini`` copied to ``dest`` with ``results.csv`` grown to ``rows`` rows: copies of its rows under
-    other configuration hashes first, its own rows last."""
+    other configuration hashes first (``distinct``: under other model names too, so each copy's cells are cells of
+    their own, as in a lab's store of many models), its own rows last."""
     shutil.copytree(COMMITTED, dest, ignore=shutil.ignore_patterns("tables", "figures", ".locks", *CACHES))
     with open(COMMITTED / "results.csv", newline="", encoding="utf-8") as fh:
         header, *body = list(csv.reader(fh))
-    column = header.index("config_hash")
+    column, model, cell = header.index("config_hash"), header.index("model"), header.index("cell")
     out, copy = [header], 0
     while len(out) - 1 < rows - len(body):
         for row in body[: rows - len(body) - (len(out) - 1)]:
-            out.append([*row[:column], f"{copy:06d}{row[column][6:]}", *row[column + 1:]])
+            new = [*row[:column], f"{copy:06d}{row[column][6:]}", *row[column + 1:]]
+            if distinct:
+                new[model], new[cell] = f"lab{copy:04d}-{row[model]}", f"lab{copy:04d}-{row[cell]}"
+            out.append(new)
         copy += 1
     with open(dest / "results.csv", "w", newline="", encoding="utf-8") as fh:
         csv.writer(fh, lineterminator="\n").writerows(out + body)
@@ -95,12 +101,14 @@ def main() -> None:
         if args.compare_commit:
             codes[args.compare_commit] = str(export_commit(args.compare_commit, tmp_path / "old"))
         grown = grown_copy(tmp_path / "grown", args.rows)
+        distinct = grown_copy(tmp_path / "distinct", args.rows, distinct=True)
         folders: dict[tuple[str, str], Path] = {}
         for k, code in enumerate(codes):  # each code version reads copies of its own (its caches stay its own)
             folders[(code, "committed")] = Path(shutil.copytree(
                 COMMITTED, tmp_path / f"small{k}", ignore=shutil.ignore_patterns("tables", "figures", ".locks",
                                                                                  *CACHES)))
             folders[(code, "grown")] = Path(shutil.copytree(grown, tmp_path / f"big{k}"))
+            folders[(code, "distinct")] = Path(shutil.copytree(distinct, tmp_path / f"lab{k}"))
         for code, path in codes.items():  # the first command of each on a grown copy with nothing beside it
             for name, argv in COMMANDS:
                 folder = Path(shutil.copytree(grown, tmp_path / "cold"))
@@ -110,7 +118,7 @@ def main() -> None:
         for round_ in range(args.rounds + 1):  # the first round leaves each command's files and is not counted
             for code, path in codes.items():
                 for name, argv in COMMANDS:
-                    for size in ("committed", "grown"):
+                    for size in SIZES:
                         took = measured([sys.executable, "-m", "lengthx.cli", *argv(folders[(code, size)])],
                                         tmp_path, {**env, "PYTHONPATH": path}, name.startswith("run"))
                         if round_:
@@ -119,16 +127,16 @@ def main() -> None:
              f"`python scripts/bench_results_scale.py{' --compare-commit ' + args.compare_commit if args.compare_commit else ''}` "
              f"(rounds: {args.rounds}, after one not counted; one thread; medians; CPU = user + system seconds of "
              "the process, its time on one core).", "",
-             "| code | command | committed CPU | grown CPU | ratio | committed wall | grown wall | grown, cold: CPU / wall |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| code | command | committed CPU | grown CPU | ratio | distinct cells CPU | committed wall | grown wall "
+             "| distinct wall | grown, cold: CPU / wall |", "|---|---|---|---|---|---|---|---|---|---|"]
     for code in codes:
         for name, _ in COMMANDS:
-            (cpu_a, wall_a), (cpu_b, wall_b) = (
+            (cpu_a, wall_a), (cpu_b, wall_b), (cpu_c, wall_c) = (
                 (statistics.median(t[0] for t in times[(code, name, s)]),
-                 statistics.median(t[1] for t in times[(code, name, s)])) for s in ("committed", "grown"))
+                 statistics.median(t[1] for t in times[(code, name, s)])) for s in SIZES)
             cc, cw = cold[(code, name)]
-            lines.append(f"| {code} | {name} | {cpu_a:.1f} s | {cpu_b:.1f} s | {cpu_b / cpu_a:.1f}x | {wall_a:.1f} s "
-                         f"| {wall_b:.1f} s | {cc:.1f} s / {cw:.1f} s |")
+            lines.append(f"| {code} | {name} | {cpu_a:.1f} s | {cpu_b:.1f} s | {cpu_b / cpu_a:.1f}x | {cpu_c:.1f} s "
+                         f"| {wall_a:.1f} s | {wall_b:.1f} s | {wall_c:.1f} s | {cc:.1f} s / {cw:.1f} s |")
     Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
 

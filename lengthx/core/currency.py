@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from lengthx.core.store_files import read_json, write_json
 from lengthx.core.store_sources import read_sources
 
 log = logging.getLogger("lengthx")
@@ -79,12 +80,56 @@ def check_currency(root: Path, df: pd.DataFrame, progress: Callable[[str], None]
             verdict.unverifiable[cell] = "computed through the Python API, which has no command line to compose again"
             continue
         jobs.setdefault(tuple(source["overrides"]), []).append((cell, chash, str(r.setting)))
+    world = world_key(sources)
+    cache_path = Path(root) / ".cache" / "currency.json"
+    cached = read_json(cache_path) or {}
+    known = cached.get("verdicts", {}) if cached.get("world") == world else {}
     seen: dict[tuple[str, ...], str] = {}  # a task's behaviour at a setting, shared by the jobs of its methods
-    for k, (overrides, cells) in enumerate(jobs.items(), 1):
+    todo = {o: [c for c in cells if c[1] not in known] for o, cells in jobs.items()}
+    todo = {o: cells for o, cells in todo.items() if cells}
+    for k, (overrides, cells) in enumerate(todo.items(), 1):
         if progress is not None:
-            progress(f"checking {len(cells)} cell(s) of job {k}/{len(jobs)}: {' '.join(overrides)}")
+            progress(f"checking {len(cells)} cell(s) of job {k}/{len(todo)}: {' '.join(overrides)}")
         _check_job(list(overrides), cells, verdict, seen)
+    for cells in jobs.values():  # verdicts of unchanged code, checkpoints and commands, from the last check
+        for cell, chash, _ in cells:
+            if chash in known:
+                kind, why = known[chash]
+                if kind == "current":
+                    verdict.current.append(cell)
+                elif kind == "stale":
+                    verdict.stale[cell] = why
+                else:
+                    verdict.unverifiable[cell] = why
+    hashes = {cell: chash for cells in jobs.values() for cell, chash, _ in cells}
+    verdicts = {**known, **{hashes[c]: ["current", ""] for c in verdict.current if c in hashes},
+                **{hashes[c]: ["stale", w] for c, w in verdict.stale.items() if c in hashes},
+                **{hashes[c]: ["unverifiable", w] for c, w in verdict.unverifiable.items() if c in hashes}}
+    if todo and Path(root).is_dir():
+        write_json(cache_path, {"world": world, "verdicts": verdicts})
     return verdict
+
+
+def world_key(sources: dict[str, dict[str, Any]]) -> str:
+    """What a verdict depends on beyond a cell's own hash and command: every file of the lengthx package (code,
+    configs, the shipped checkpoints) and of the checkpoint directories the commands name, by version (path,
+    size, modification and change times). Any change there checks every cell again."""
+    import hashlib
+
+    from lengthx.config import PACKAGE_DIR
+
+    dirs = {PACKAGE_DIR}
+    for entry in sources.values():
+        for o in entry.get("overrides") or ():
+            if o.lstrip("+").startswith("model.path="):
+                dirs.add((Path(str(entry.get("cwd") or ".")) / o.split("=", 1)[1]).resolve())
+    h = hashlib.sha256()
+    for d in sorted(dirs):
+        for p in sorted(d.rglob("*")) if d.is_dir() else ():
+            if p.is_file() and "__pycache__" not in p.parts:
+                st = p.stat()
+                h.update(f"{p}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}\n".encode())
+    return h.hexdigest()[:16]
 
 
 def _check_job(overrides: list[str], cells: list[tuple[str, str, str]], verdict: Currency,
