@@ -145,7 +145,8 @@ def test_failing_cell_becomes_status_row_and_sweep_continues(tiny_model_dir, tmp
     args = ["run", "task=passkey", "method=none", f"model.path={tiny_model_dir}", "model.l_tr=300",
             "task.num_examples=2", "task.settings=[40,320]", f"results_dir={tmp_path}"]
     p = run_command(args)
-    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.returncode == 1, p.stderr[-2000:]  # a run whose cells fail does not pass for a success
+    assert p.stderr.strip().splitlines()[-1].startswith("lengthx run: 1 cell(s) failed")
     df = ResultsStore(tmp_path).read()
     assert dict(zip(df["setting"], df["status"], strict=True)) == {"40tokens": "error", "320tokens": "ok"}
     assert "requested 40" in df.loc[df["setting"] == "40tokens", "message"].item()

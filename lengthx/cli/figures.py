@@ -21,9 +21,10 @@ def figures_main(argv: list[str]) -> None:
                         "results directory's name, e.g. runs/mini): their metrics.jsonl give the training curves")
     p.add_argument("--out", default=None, help="default: <results-dir>/figures")
     args = p.parse_args(argv)
-    # the figures go to <results-dir>/figures; only the default place may not exist yet (nothing run: training
-    # curves alone), a directory the user names must
-    check_results_dir_argument(args.results_dir, must_exist=args.results_dir != str(default_results_dir()))
+    # the figures go to <results-dir>/figures; a results directory the user names must exist, unless the figures
+    # are training curves alone (--runs-dir given) or it is the default place (nothing run yet)
+    named = args.results_dir != str(default_results_dir())
+    check_results_dir_argument(args.results_dir, must_exist=named and args.runs_dir is None)
     # after the arguments: --help and their errors answer without matplotlib, pandas or torch
     from lengthx.api.data import read_results
     from lengthx.core.store import ResultsStore, read_json
