@@ -34,7 +34,7 @@ def _cluster_module():
 CLUSTER = _cluster_module()
 pytestmark = [pytest.mark.skipif(bool(CLUSTER.missing()), reason=f"a local SLURM cluster needs "
                                  f"{', '.join(CLUSTER.missing())} (apt-get install slurm-wlm munge, as root)"),
-              pytest.mark.slow]
+              pytest.mark.slow, pytest.mark.slurm]
 
 LAUNCHER = ["hydra/launcher=slurm", "hydra.launcher.partition=debug", "hydra.launcher.gpus_per_node=0",
             "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=2", "hydra.launcher.timeout_min=20",
