@@ -47,3 +47,22 @@ def interrupted(err: KeyboardInterrupt) -> tuple[str, int]:
 def raise_terminated(signum: int, frame: object) -> None:
     """A SIGTERM handler: stop the command the way Ctrl-C does (:class:`Terminated`)."""
     raise Terminated()
+
+
+class JobsFailed(Exception):
+    """Jobs of a sweep on a submitit launcher that ended without finishing (killed, failed, timed out too many
+    times): one line naming the first job's cells, its log and the rerun that resumes them (exit 1)."""
+
+
+def stopped_by_the_scheduler(err: BaseException | None) -> bool:
+    """Whether ``err`` is, or was raised while handling, submitit's ``UncompletedJobError``: what submitit raises
+    from its signal handler, wherever the job then is, when a job may not be requeued (timed out too many times;
+    docs/cluster.md). It ends the job, never the cell: a library that wraps what it catches (a tokenizer's
+    ValueError) must not turn it into an error row."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if type(err).__name__ == "UncompletedJobError" and type(err).__module__.startswith("submitit"):
+            return True
+        err = err.__cause__ or err.__context__
+    return False

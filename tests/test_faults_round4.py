@@ -40,6 +40,23 @@ def test_a_run_whose_cells_fail_exits_1_naming_the_count_and_the_first_error(tin
     assert "Failed cells (2;" in summary.stdout and "|none|lines|20tokens: error:" in summary.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["local", "submitit_local"])
+def test_failed_cells_in_a_launchers_jobs_exit_1_naming_them(launcher, tiny_model_dir, tmp_path):
+    """The same failing cells in a job of joblib's or submitit's launcher (another process): the command still
+    exits 1, and its last line names the cells and the error, once, without a traceback."""
+    p = run_command(["run", "-m", f"hydra/launcher={launcher}", "task=lines", "method=none",
+                     f"model.path={tiny_model_dir}", "model.l_tr=300", "task.num_examples=1", "task.unit=tokens",
+                     "task.settings=[20,30]", f"results_dir={tmp_path / 'results'}"])
+    assert p.returncode == 1, (p.stdout + p.stderr)[-3000:]
+    last = p.stderr.strip().splitlines()[-1]
+    assert "2 cell(s) failed" in last and "exceeds 20 tokens" in last and "|lines|20tokens" in last, last
+    assert last.count("lengthx") == 1 and last.count("Fix") == 1, last
+    if launcher == "submitit_local":
+        assert "1 of 1 job(s) of the sweep had failed cells" in last, last
+    assert "Traceback" not in p.stderr
+
+
 def test_a_model_that_cannot_generate_stops_before_any_work(no_start_token, tmp_path):
     """An own T5 without decoder_start_token_id: one line with the fix, exit 2, before Algorithm 1 (which spent
     ~80 s on it) and before any cell."""

@@ -167,3 +167,35 @@ def test_a_training_job_sent_the_time_limit_signal_checkpoints_requeues_and_resu
     assert [r["loss"] for r in curve] == [r["loss"] for r in reference.curve]
     wa, wb = load_file(reference.final_dir / "model.safetensors"), load_file(run / "final" / "model.safetensors")
     assert wa.keys() == wb.keys() and all((wa[k] == wb[k]).all() for k in wa)
+
+
+@needs_submitit
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the job's process in /proc")
+def test_a_job_killed_mid_cell_is_named_by_its_cell_and_a_rerun_resumes_it(tiny_model_dir, tmp_path):
+    """A submitit job SIGKILLed mid-cell (the OOM killer, a node lost): the command waits for the sweep's other
+    jobs, names the job's cells, its log and the rerun in its last line, exits 1; the rerun resumes the cell and
+    keeps each finished example once."""
+    args = [*LENGTHX, "run", "-m", "hydra/launcher=submitit_local", "task=passkey", "method=none",
+            f"model.path={tiny_model_dir}", "model.l_tr=300", "task.settings=[320]", "task.num_examples=30",
+            "batch_size=1", f"results_dir={tmp_path / 'r'}"]
+    proc = subprocess.Popen(args, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    records = tmp_path / "r" / "records"
+    deadline, killed = time.time() + 300, None
+    while killed is None and time.time() < deadline and proc.poll() is None:
+        task = _submitit_task(proc.pid)
+        done = sum(len(p.read_text().splitlines()) for p in records.glob("*.jsonl")) if records.exists() else 0
+        if task is not None and 3 <= done < 20:
+            os.kill(task, signal.SIGKILL)
+            killed = done
+        time.sleep(0.05)
+    out, _ = proc.communicate(timeout=300)
+    assert killed is not None and proc.returncode == 1, out[-3000:]
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("lengthx: 1 of 1 job(s) of the sweep did not finish"), last
+    assert "|none|passkey|320tokens" in last and "_log.err" in last and "rerun the same command" in last, last
+    assert "submitted 1 job(s) to local" in out and "Traceback" not in out
+    again = subprocess.run(args, env=_env(), capture_output=True, text=True, timeout=400)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    counts = sorted(len(p.read_text().splitlines()) for p in records.glob("*.jsonl"))
+    assert counts == [30]  # each example once, those before the kill kept

@@ -10,12 +10,15 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from conftest import train_overrides
+from safetensors.torch import load_file
 from test_faults import _env
 
 from lengthx.core.store import ResultsStore
@@ -89,6 +92,8 @@ def test_a_sweep_is_one_array_through_sbatch_with_the_rows_of_an_in_process_run(
     before = len(_jobs_seen(cluster))
     p = _lengthx(["run", "-m", *LAUNCHER, *SWEEP, f"results_dir={tmp_path / 'slurm'}"], cluster)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    said = re.search(r"submitted 6 job\(s\) to slurm: (\d+)_0 … \1_5; their logs: (\S+); results: (\S+) ", p.stdout)
+    assert said and said.group(3) == str(tmp_path / "slurm") and "scancel " + said.group(1) in p.stdout, p.stdout
     local = _lengthx(["run", "-m", *SWEEP, f"results_dir={tmp_path / 'local'}"])
     assert local.returncode == 0, local.stderr[-3000:]
     rows = _rows(tmp_path / "slurm")
@@ -103,7 +108,8 @@ def test_a_sweep_is_one_array_through_sbatch_with_the_rows_of_an_in_process_run(
     assert len(arrays) == 1  # one array of six tasks
 
 
-SLOW = ["task=passkey", "method=none", "task.unit=tokens", "task.settings=[1500]", "task.num_examples=12"]
+SLOW = ["task=passkey", "method=none", "task.unit=tokens", "task.settings=[1500]", "task.num_examples=80"]
+SLOW_CELL = "mini-t5|none|passkey|1500tokens"
 
 
 @pytest.fixture(scope="module")
@@ -115,36 +121,151 @@ def uninterrupted(tmp_path_factory) -> Path:
     return results
 
 
-def _interrupted(cluster: Path, tmp_path: Path, action: list[str], reference: Path) -> None:
-    """The slow cell through SLURM, ``action`` (on its job id) once some of its examples are on disk; then its rows
-    and records against an uninterrupted in-process run."""
-    results = tmp_path / "slurm"
-    env = _env(SLURM_CONF=str(cluster / "slurm.conf"))
-    parent = subprocess.Popen(LENGTHX + ["run", "-m", *LAUNCHER, *SLOW, f"results_dir={results}"], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    records = results / "records" / "mini-t5_none_passkey_1500tokens.jsonl"
-    end = time.time() + 300
-    while time.time() < end and not (records.exists() and len(records.read_text().splitlines()) >= 3):
-        assert parent.poll() is None, parent.stdout.read()[-3000:]
-        time.sleep(0.5)
-    (folder,) = [d for d in (results / ".hydra").glob("multirun_*/.submitit/*") if d.is_dir()]  # this sweep's job
-    job = folder.name
-    _slurm(cluster, *action, job)
-    out, _ = parent.communicate(timeout=600)
-    assert parent.returncode == 0, out[-4000:]
-    assert len(records.read_text().splitlines()) == 12  # each example once: the requeued job resumed
-    assert _rows(results) == _rows(reference) and _records(results) == _records(reference)
-    log = (cluster / "log" / "slurmctld.log").read_text()
-    assert re.search(rf"(requeue|Requeu).*JobId={job.split('_')[0]}|JobId={job.split('_')[0]}.*requeue", log) \
-        or "requeue" in log.lower()
+def _wait(ok, what: str, parent: subprocess.Popen, timeout: float = 300) -> None:
+    end = time.time() + timeout
+    while not ok():
+        assert parent.poll() is None, f"the sweep ended before {what}: " + parent.stdout.read()[-3000:]
+        assert time.time() < end, f"no {what} within {timeout:.0f} s"
+        time.sleep(0.2)
+
+
+class SlowSweep:
+    """The slow cell submitted through SLURM in the background: its parent process, records, job and logs."""
+
+    def __init__(self, cluster: Path, results: Path, *extra: str) -> None:
+        self.cluster, self.results = cluster, results
+        self.records = results / "records" / "mini-t5_none_passkey_1500tokens.jsonl"
+        self.parent = subprocess.Popen(LENGTHX + ["run", "-m", *LAUNCHER, *extra, *SLOW, f"results_dir={results}"],
+                                       env=_env(SLURM_CONF=str(cluster / "slurm.conf")), stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, text=True)
+
+    def done(self) -> int:
+        return len(self.records.read_text().splitlines()) if self.records.exists() else 0
+
+    def folder(self) -> Path:
+        (folder,) = [d for d in (self.results / ".hydra").glob("multirun_*/.submitit/*") if d.is_dir()]
+        return folder
+
+    def starts(self) -> int:
+        """How many times the job has started (submitit's log, which SLURM appends to across requeues)."""
+        logs = self.folder().glob("*_log.out") if self.done() else []
+        return sum(p.read_text().count("Starting with JobEnvironment") for p in logs)
+
+    def act(self, *argv: str) -> None:
+        """``argv`` on the job once it has run some examples and is still short of the end (rc 0 from SLURM)."""
+        before = self.done()
+        _wait(lambda: self.done() >= before + 4, "examples from the job", self.parent)
+        assert self.done() < 70, "the job was nearly done before it could be interrupted"
+        p = subprocess.run([*argv, self.folder().name], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "SLURM_CONF": str(self.cluster / "slurm.conf")})
+        assert p.returncode == 0, p.stderr
+
+    def end(self) -> tuple[int, str]:
+        out, _ = self.parent.communicate(timeout=600)
+        return self.parent.returncode, out
+
+    def requeued(self) -> int:
+        """How often the controller logged this job's requeue."""
+        job = self.folder().name.split("_")[0]
+        return len(re.findall(rf"Requeuing JobId={job}\b", (self.cluster / "log" / "slurmctld.log").read_text()))
+
+
+def _resumed_to(sweep: SlowSweep, reference: Path) -> None:
+    assert sweep.done() == 80  # each example once: the job resumed where it stopped
+    assert _rows(sweep.results) == _rows(reference) and _records(sweep.results) == _records(reference)
 
 
 def test_a_job_requeued_mid_cell_resumes_to_the_uninterrupted_rows(cluster, tmp_path, uninterrupted):
-    _interrupted(cluster, tmp_path, ["scontrol", "requeue"], uninterrupted)
+    sweep = SlowSweep(cluster, tmp_path / "slurm")
+    sweep.act("scontrol", "requeue")
+    rc, out = sweep.end()
+    assert rc == 0, out[-4000:]
+    assert sweep.requeued() == 1 and sweep.starts() == 2
+    _resumed_to(sweep, uninterrupted)
 
 
 def test_a_job_signalled_as_submitits_preemption_resumes_to_the_uninterrupted_rows(cluster, tmp_path, uninterrupted):
-    _interrupted(cluster, tmp_path, ["scancel", "--signal=USR2"], uninterrupted)
+    """``scancel --signal=USR2`` is what SLURM sends signal_delay_s before a preemption or the time limit: submitit
+    checkpoints (Hydra's launcher resubmits the same job) and requeues it; the cell resumes from its records."""
+    sweep = SlowSweep(cluster, tmp_path / "slurm")
+    sweep.act("scancel", "--signal=USR2")
+    rc, out = sweep.end()
+    assert rc == 0, out[-4000:]
+    logs = "".join(p.read_text() for p in sweep.folder().glob("*_log.*"))
+    assert "this job is preempted" in logs and sweep.requeued() == 1 and sweep.starts() == 2, logs[-3000:]
+    _resumed_to(sweep, uninterrupted)
+
+
+def test_a_job_timed_out_is_requeued_up_to_max_num_timeout_then_named_and_resumed_by_a_rerun(cluster, tmp_path,
+                                                                                          uninterrupted):
+    """With timeout_min=5 every signal counts as the time limit's (submitit: past min(0.8 x limit, limit - 10 min)).
+    max_num_timeout=1: the first is requeued, the second ends the job; the command names the cell, its log and the
+    rerun, exits 1, and the rerun resumes to the uninterrupted rows."""
+    results = tmp_path / "slurm"
+    sweep = SlowSweep(cluster, results, "hydra.launcher.timeout_min=5", "hydra.launcher.max_num_timeout=1")
+    sweep.act("scancel", "--signal=USR2")
+    _wait(lambda: sweep.starts() == 2, "second start of the requeued job", sweep.parent)
+    sweep.act("scancel", "--signal=USR2")
+    rc, out = sweep.end()
+    last = out.strip().splitlines()[-1]
+    assert rc == 1 and "1 of 1 job(s) of the sweep did not finish" in last and SLOW_CELL in last and "rerun the same command" in last, out[-3000:]
+    assert "timed-out too many times" in last and "_log.err" in last and "Traceback" not in last
+    assert "submitted 1 job(s) to slurm" in out and sweep.requeued() == 1
+    assert 8 <= sweep.done() < 80
+    again = _lengthx(["run", "-m", *LAUNCHER, *SLOW, f"results_dir={results}"], cluster)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    _resumed_to(sweep, uninterrupted)
+
+
+def test_ctrl_c_on_the_waiting_command_cancels_its_jobs_and_a_rerun_resumes(cluster, tmp_path, uninterrupted):
+    results = tmp_path / "slurm"
+    before = len(_jobs_seen(cluster))
+    sweep = SlowSweep(cluster, results)
+    _wait(lambda: sweep.done() >= 4, "examples from the job", sweep.parent)
+    sweep.parent.send_signal(signal.SIGINT)
+    rc, out = sweep.end()
+    assert rc == 130 and "cancelled 1 job(s)" in out and "rerun the same command to resume" in out, out[-3000:]
+    end = time.time() + 60
+    while time.time() < end and len(_jobs_seen(cluster)) == before:
+        time.sleep(0.5)
+    seen = _jobs_seen(cluster)[before:]
+    assert [j["JobState"] for j in seen] == ["CANCELLED"], seen
+    assert sweep.done() < 80
+    again = _lengthx(["run", "-m", *LAUNCHER, *SLOW, f"results_dir={results}"], cluster)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    _resumed_to(sweep, uninterrupted)
+
+
+def test_a_training_job_preempted_on_slurm_resumes_to_the_weights_of_an_uninterrupted_run(cluster, models, corpus,
+                                                                                           tmp_path):
+    """``lengthx train`` as a SLURM job, sent submitit's preemption signal mid-run: it saves the step it reached,
+    is requeued by SLURM, and resumes by its run directory (not Hydra's dated folder, which a requeue composes
+    afresh) to the same loss curve and weights, bit for bit, as the same training in this process."""
+    from lengthx.cli.train import compose_train_config
+    from lengthx.segmented.loop import read_curve, train
+
+    steps = {"train.max_steps": 150}
+    reference = train(compose_train_config(train_overrides(models, corpus, tmp_path, out="ref", **steps)))
+    run = tmp_path / "job"
+    parent = subprocess.Popen([*LENGTHX, "train", "-m", *LAUNCHER,
+                               *train_overrides(models, corpus, tmp_path, out="job", **steps),
+                               f"hydra.sweep.dir={tmp_path / 'sweep'}"], env=_env(SLURM_CONF=str(cluster / "slurm.conf")),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    curve = run / "metrics.jsonl"
+    _wait(lambda: curve.exists() and len(curve.read_text().splitlines()) >= 3, "training steps", parent)
+    (job,) = [d.name for d in (tmp_path / "sweep" / ".submitit").iterdir() if d.is_dir()]
+    _slurm(cluster, "scancel", "--signal=USR2", job)
+    out, _ = parent.communicate(timeout=600)
+    assert parent.returncode == 0, out[-3000:]
+    logs = "".join(p.read_text() for p in (tmp_path / "sweep" / ".submitit").glob("*/*_log.*"))
+    resumed = re.search(r"resumed \S+ from step-0*(\d+)", logs)
+    assert "this job is preempted" in logs and resumed and 3 <= int(resumed.group(1)) < 150, logs[-3000:]
+    assert len(re.findall(rf"Requeuing JobId={job.split('_')[0]}\b",
+                          (cluster / "log" / "slurmctld.log").read_text())) == 1
+    assert [r["step"] for r in read_curve(run)] == list(range(1, 151))
+    assert [r["loss"] for r in read_curve(run)] == [r["loss"] for r in reference.curve]
+    wa, wb = load_file(reference.final_dir / "model.safetensors"), load_file(run / "final" / "model.safetensors")
+    assert wa.keys() == wb.keys() and all((wa[k] == wb[k]).all() for k in wa)
 
 
 def test_sbatch_without_a_controller_is_one_line_naming_slurm_conf(cluster, tmp_path):

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lengthx.cli.launchers import check_hydra_overrides, check_launcher
+from lengthx.cli.launchers import check_hydra_overrides, check_launcher, launcher_target
 from lengthx.config import (
     CONF_DIR,
     RESULTS_ENV,
@@ -23,7 +23,15 @@ from lengthx.config import (
     register_resolvers,
     results_dir_problem,
 )
-from lengthx.errors import UsageError, UserError, debug_enabled, interrupted, one_line
+from lengthx.errors import (
+    JobsFailed,
+    UsageError,
+    UserError,
+    debug_enabled,
+    interrupted,
+    one_line,
+    stopped_by_the_scheduler,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -53,8 +61,11 @@ def reported(prog: str = "lengthx") -> Iterator[None]:
             raise
         print(f"{prog}: {one_line(str(err))}", file=sys.stderr)
         sys.exit(2)
+    except JobsFailed as err:
+        print(f"{prog}: {one_line(str(err))}", file=sys.stderr)
+        sys.exit(1)
     except Exception as err:
-        if debug_enabled():
+        if debug_enabled() or stopped_by_the_scheduler(err):  # submitit ends the job with it (docs/cluster.md)
             raise
         print(f"{prog}: unexpected {type(err).__name__}: {one_line(str(err))} (rerun with --debug or LENGTHX_DEBUG=1 "
               "for the traceback)", file=sys.stderr)
@@ -154,6 +165,8 @@ def hydra_entry(task_fn: Callable[[DictConfig], None], argv: list[str], prog: st
     check_overrides(argv)
     check_launcher(argv)
     check_hydra_overrides(argv)
+    watched = launcher_target(argv)  # submitit's launchers, with the job ids, Ctrl-C and failures (cli.submitit_jobs)
+    argv = argv + ([watched] if watched else [])
     check_output_env(RESULTS_ENV, RUNS_ENV)  # before Hydra: it writes its record under results_dir
     register_resolvers()
     configs = validate_jobs(argv, environment, check, finished)
@@ -169,10 +182,18 @@ def hydra_entry(task_fn: Callable[[DictConfig], None], argv: list[str], prog: st
     # instead of Hydra printing a traceback and exiting 1
     os.environ["HYDRA_FULL_ERROR"] = "1"
 
+    parent = os.getpid()
+
     def job(cfg) -> None:
+        elsewhere = os.getpid() != parent  # a launcher's worker (submitit job, joblib process): its own failures
+        if elsewhere:
+            FAILED_CELLS.clear()
         with reported(prog):
             apply_profile(cfg)  # profile=mini: a paper model runs as its shipped mini
             task_fn(cfg)
+        line = failures_line(prog) if elsewhere else None
+        if line is not None:  # the launcher sees a failed job, and the command names it and exits 1
+            raise JobsFailed(line.removeprefix(f"{prog}: "))
 
     FAILED_CELLS.clear()
     try:

@@ -16,6 +16,8 @@ from lengthx.errors import UsageError
 
 # launchers that need the ``slurm`` extra (hydra-submitit-launcher, which brings submitit)
 SUBMITIT_LAUNCHERS = ("slurm", "submitit_local", "submitit_slurm")
+# the class of hydra_plugins/lengthx_launchers that runs each (lengthx.cli.submitit_jobs: job ids, Ctrl-C, failures)
+WATCHED = {"slurm": "SlurmLauncher", "submitit_slurm": "SlurmLauncher", "submitit_local": "LocalLauncher"}
 # keys of hydra/launcher=slurm a user must set, with how to find the value
 SLURM_REQUIRED = {"partition": "sinfo -s lists the partitions"}
 # Hydra flags that print or inspect the config instead of running it
@@ -26,6 +28,14 @@ def launcher_choice(argv: list[str]) -> str | None:
     """The ``hydra/launcher=NAME`` of a command line, or None."""
     names = [a.split("=", 1)[1] for a in argv if a.lstrip("+").startswith("hydra/launcher=")]
     return names[-1] if names else None
+
+
+def launcher_target(argv: list[str]) -> str | None:
+    """The override that runs a submitit launcher of ``argv`` through :mod:`lengthx.cli.submitit_jobs`, or None."""
+    name = launcher_choice(argv)
+    if name not in WATCHED or any(a in INSPECT_FLAGS for a in argv):
+        return None
+    return f"hydra.launcher._target_=hydra_plugins.lengthx_launchers.{WATCHED[name]}"
 
 
 def submitit_installed() -> bool:

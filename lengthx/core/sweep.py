@@ -24,6 +24,7 @@ from filelock import Timeout
 from lengthx.core.cells import Cell
 from lengthx.core.store import ResultsStore, StoreError, git_commit, now, row_problem, versions
 from lengthx.core.store_sources import job_overrides, record_sources
+from lengthx.errors import stopped_by_the_scheduler
 from lengthx.models.loading import ModelNotAvailable
 
 log = logging.getLogger("lengthx")
@@ -140,6 +141,8 @@ def compute_cell(store: ResultsStore, job: CellJob, cell: Cell, chash: str) -> d
     except FATAL:
         raise
     except Exception as err:  # one failing cell must not sink the sweep
+        if stopped_by_the_scheduler(err):
+            raise
         log.error("cell %s failed: %s: %s (recorded as a status row; the sweep goes on)", cell.key,
                   type(err).__name__, err)
         rows, status = [status_row(job.row_fields(cell, chash, start), job.first_metric, "error", err)], "error"
