@@ -57,6 +57,35 @@ def test_failed_cells_in_a_launchers_jobs_exit_1_naming_them(launcher, tiny_mode
     assert "Traceback" not in p.stderr
 
 
+def test_a_schedulers_stop_raised_inside_a_library_ends_the_job_not_the_cell(tiny_model_dir, tmp_path):
+    """submitit raises UncompletedJobError from its signal handler wherever the job is; a tokenizer that wraps it in
+    a ValueError must not turn it into the cell's error row (the job ends; the rerun resumes the cell)."""
+    submitit = pytest.importorskip("submitit")
+    from lengthx.core.store import ResultsStore
+    from lengthx.core.sweep import compute_cell
+    from lengthx.errors import stopped_by_the_scheduler
+
+    def stop() -> None:
+        try:
+            raise submitit.core.utils.UncompletedJobError("Job not requeued because: timed-out too many times.")
+        except RuntimeError as err:
+            raise ValueError("Unable to create tensor") from err
+
+    class Stopped:
+        first_metric = "accuracy"
+
+        def compute(self, cell, chash, start):
+            stop()
+
+        def row_fields(self, cell, chash, start):
+            return {}
+
+    with pytest.raises(ValueError) as caught:
+        compute_cell(ResultsStore(tmp_path), Stopped(), type("C", (), {"key": "m|none|passkey|1k"})(), "h")
+    assert stopped_by_the_scheduler(caught.value) and not stopped_by_the_scheduler(ValueError("a real error"))
+    assert not (tmp_path / "results.csv").exists()  # no error row
+
+
 def test_a_model_that_cannot_generate_stops_before_any_work(no_start_token, tmp_path):
     """An own T5 without decoder_start_token_id: one line with the fix, exit 2, before Algorithm 1 (which spent
     ~80 s on it) and before any cell."""
