@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from lengthx.core.frames import rows
 from lengthx.core.store_files import read_json, write_json
 from lengthx.core.store_sources import read_sources
 
@@ -65,7 +66,7 @@ def check_currency(root: Path, df: pd.DataFrame, progress: Callable[[str], None]
     sources = read_sources(root)
     verdict = Currency()
     jobs: dict[tuple[str, ...], list[tuple[str, str, str]]] = {}
-    for r in shown_cells(df).itertuples(index=False):
+    for r in rows(shown_cells(df)):
         cell, chash = str(r.cell), str(r.config_hash)
         if str(r.paper) == "B":
             verdict.unverifiable[cell] = ("paper B's cells score runs trained into runs/, which the checkout does not "

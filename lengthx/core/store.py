@@ -348,6 +348,13 @@ class ResultsStore:
     def records_path(self, cell: str) -> Path:
         return self.records_dir / f"{safe_name(cell)}.jsonl"
 
+    def records_files(self) -> frozenset[str]:
+        """The names of the records files present (one directory listing, for a reader of many cells)."""
+        try:
+            return frozenset(entry.name for entry in os.scandir(self.records_dir))
+        except OSError:
+            return frozenset()
+
     def load_records(self, cell: str, repair: bool = False) -> dict[str, dict[str, Any]]:
         """Finished examples of a cell by example id, in the order they were first written (for an id recomputed
         under another configuration, its last record; two records of one id under one configuration are a

@@ -30,6 +30,7 @@ from statistics import NormalDist
 import numpy as np
 import pandas as pd
 
+from lengthx.core.frames import rows as frame_rows
 from lengthx.core.store import ResultsStore, first_records
 
 LEVEL = 0.95
@@ -131,7 +132,10 @@ def table_intervals(store: ResultsStore, ok: pd.DataFrame, tasks: set[str], metr
     """
     rows = ok[ok["task"].isin(tasks) & ok["metric"].isin(metrics)]
     scores: dict[Key, dict[str, float]] = {}
-    for r in rows.itertuples():
+    on_disk = store.records_files()  # one listing: a cell with no records file has no interval, unread
+    for r in frame_rows(rows, ["model", "method", "task", "setting", "metric", "cell", "config_hash", "n"]):
+        if store.records_path(str(r.cell)).name not in on_disk:
+            continue
         got = cell_scores(store, r, r.metric)
         if got and len(got) == int(r.n):
             scores[(r.model, r.method, r.task, str(r.setting), r.metric)] = got

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from lengthx.core.frames import rows
 from lengthx.core.store import UNALIGNED_MARK, ResultsStore
 from lengthx.report.tables.intervals import table_intervals
 from lengthx.report.tables.render import latest_ok, unaligned
@@ -38,41 +39,54 @@ def readings(store: ResultsStore, df: pd.DataFrame, baseline: str = "none") -> l
     intervals = table_intervals(store, _readable(ok, baseline), set(ok["task"]), set(ok["metric"]), baseline)
     # only the settings whose baseline has an interval can be read: the rest of a lab's store is never scanned
     keys = {(m, t, s) for (m, me, t, s, _) in intervals if me == baseline}
-    ok = ok[[k in keys for k in zip(ok["model"], ok["task"], ok["setting"].astype(str), strict=True)]]
+    ok = ok[[k in keys for k in zip(ok["model"].tolist(), ok["task"].tolist(), ok["setting"].astype(str).tolist(),
+                                    strict=True)]]
     bases: dict[tuple[str, str, str], list] = {}  # the baseline's rows by (model, task, metric), for its L_tr
-    for r in ok[ok["method"] == baseline].itertuples():
-        bases.setdefault((r.model, r.task, r.metric), []).append(r)
+    groups: dict[tuple[str, str, str], list] = {}  # every row by (model, task, setting), in the order they ran
+    for r in rows(ok):
+        groups.setdefault((r.model, r.task, r.setting), []).append(r)
+        if r.method == baseline:
+            bases.setdefault((r.model, r.task, r.metric), []).append(r)
     lines = []
-    for (model, task, setting), group in ok.groupby(["model", "task", "setting"], sort=False):
+    for (model, task, setting), group in groups.items():
         metric = first_metric[task]
         base = intervals.get((model, baseline, task, str(setting), metric))
-        base_row = group[group["method"] == baseline]
-        others = [r for r in group.itertuples() if r.method != baseline
+        base_rows = [r for r in group if r.method == baseline]
+        others = [r for r in group if r.method != baseline
                   and (c := intervals.get((model, r.method, task, str(setting), metric))) is not None
                   and c.delta is not None]
-        if base is None or base_row.empty or not others:
+        if base is None or not base_rows or not others:
             continue
-        b = base_row.iloc[0]
+        b = base_rows[0]
         score = base.kind == "score"
-        l_tr = float(b["L_tr"]) if pd.notna(pd.to_numeric(b["L_tr"], errors="coerce")) else None
-        ratio = f"{ratio_text(float(b['L_ex']) / l_tr)}× L_tr, " if l_tr else ""
-        held = _held(store, str(b["cell"]))
+        l_tr = _number(b.L_tr)
+        ratio = f"{ratio_text(float(b.L_ex) / l_tr)}× L_tr, " if l_tr else ""
+        held = _held(store, str(b.cell))
         text = (f"{model} {task} {setting} ({ratio}{held + ', ' if held else ''}n = {base.n}): τ = 1 "
-                f"{_value(float(b['value']), base.low, base.high, score)}")
+                f"{_value(float(b.value), base.low, base.high, score)}")
         at_l_tr = _at_training_length(bases.get((model, task, metric), []), intervals, l_tr, baseline, _count(setting))
         if at_l_tr and str(setting) != at_l_tr[0]:
             held_there = _held(store, at_l_tr[4])  # so a reader sees whether L_tr held the same count
             text += f" ({_value(*at_l_tr[1:4], score)} at L_tr{', ' + held_there if held_there else ''})"
         for r in others:
             c = intervals[(model, r.method, task, str(setting), metric)]
-            tau = pd.to_numeric(pd.Series([r.tau]), errors="coerce").iloc[0]
-            tau_text = f" (τ = {tau:.2f}{UNALIGNED_MARK}, the grid's end, short of S̄_tr(1))" if pd.notna(tau) \
-                and unaligned(r) else (f" (τ = {tau:.2f})" if pd.notna(tau) else "")
+            tau = _number(r.tau)
+            tau_text = f" (τ = {tau:.2f}{UNALIGNED_MARK}, the grid's end, short of S̄_tr(1))" if tau is not None \
+                and unaligned(r) else (f" (τ = {tau:.2f})" if tau is not None else "")
             text += (f", {r.method} {_value(float(r.value), c.low, c.high, score)}{tau_text}, "
                      + (f"Δ {c.delta:+.0f} [{c.delta_low:+.0f}, {c.delta_high:+.0f}]" if score else
                         f"Δ {c.delta:+.3g} [{c.delta_low:+.3g}, {c.delta_high:+.3g}]"))
         lines.append(text)
     return lines
+
+
+def _number(value: object) -> float | None:
+    """A finite number of a results row's field (text in the store), or None (empty, NaN, not a number)."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if number == number and abs(number) != float("inf") else None
 
 
 def ratio_text(ratio: float) -> str:
@@ -90,8 +104,9 @@ def _readable(ok: pd.DataFrame, baseline: str) -> pd.DataFrame:
     bases = is_base.groupby(group, sort=False, dropna=False).transform("sum")
     methods = is_base.groupby(group, sort=False, dropna=False).transform("size")
     read = (bases > 0) & (methods > bases)
-    pairs = set(zip(ok.loc[read, "model"], ok.loc[read, "task"], strict=True))
-    of_pair = pd.Series([(m, t) in pairs for m, t in zip(ok["model"], ok["task"], strict=True)], index=ok.index)
+    pairs = set(zip(ok.loc[read, "model"].tolist(), ok.loc[read, "task"].tolist(), strict=True))
+    of_pair = pd.Series([(m, t) in pairs for m, t in zip(ok["model"].tolist(), ok["task"].tolist(), strict=True)],
+                        index=ok.index)
     return ok[read | (is_base & of_pair)]
 
 
@@ -119,7 +134,7 @@ def _at_training_length(rows: list, intervals: dict, l_tr: float | None, baselin
     if l_tr is None:
         return None
     for r in rows:
-        if pd.to_numeric(pd.Series([r.L_req]), errors="coerce").iloc[0] == l_tr and _count(r.setting) == count:
+        if _number(r.L_req) == l_tr and _count(r.setting) == count:
             c = intervals.get((r.model, baseline, r.task, str(r.setting), r.metric))
             if c is not None:
                 return str(r.setting), float(r.value), c.low, c.high, str(r.cell)

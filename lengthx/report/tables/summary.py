@@ -10,10 +10,9 @@ not be what this code computes (``lengthx run`` recomputes a cell whose task or 
 
 from __future__ import annotations
 
-from collections import namedtuple
-
 import pandas as pd
 
+from lengthx.core.frames import rows
 from lengthx.core.store import UNALIGNED_MARK
 from lengthx.report.tables.marks import STALE_MARK, STALE_NOTE
 from lengthx.report.tables.render import UNALIGNED_NOTE, latest_ok, unaligned
@@ -27,14 +26,19 @@ def _entry(row: tuple, current: str | None, stale: set[str] | frozenset[str] = f
     tau, value = getattr(row, "tau", None), row.value
     shown = short_number(value) if isinstance(value, float) else str(value)
     mark_tau = UNALIGNED_MARK if unaligned(row) else ""
-    tau_text = f"τ={float(tau):.2f}{mark_tau}, " if pd.notna(tau) and str(tau) != "" and float(tau) != 1.0 else ""
+    tau_text = f"τ={float(tau):.2f}{mark_tau}, " if _present(tau) and str(tau) != "" and float(tau) != 1.0 else ""
     n = getattr(row, "n", None)
-    n_text = f"n={int(n)}" if pd.notna(n) else "n=?"
+    n_text = f"n={int(n)}" if _present(n) else "n=?"
     if other is None:
         other = other_code(getattr(row, "git_commit", None), current)
     mark = OTHER_CODE if other else ""
     mark += STALE_MARK if getattr(row, "cell", None) in stale else ""
     return f"{shown} ({tau_text}{n_text}){mark}"
+
+
+def _present(value: object) -> bool:
+    """Not None and not NaN (``pd.notna`` of one value, without its cost at a lab's ~10^5 cells)."""
+    return value is not None and value is not pd.NA and value == value
 
 
 def short_number(v: float) -> str:
@@ -64,26 +68,25 @@ def summary_markdown(df: pd.DataFrame, current: str | None = None,
         return "(no finished cell)" + (f"\n\n{listed}" if listed else "")
     first_metric = df[df["status"] == "ok"].groupby("task", sort=False)["metric"].first()
     ok = ok[ok["metric"] == ok["task"].map(first_metric)]
-    order = {cell: k for k, cell in enumerate(dict.fromkeys(df["cell"].unique()))}
+    order = {cell: k for k, cell in enumerate(dict.fromkeys(df["cell"].unique().tolist()))}
     ok = ok.assign(_order=ok["cell"].map(order)).sort_values("_order", kind="stable")
     ok["tau"] = pd.to_numeric(ok["tau"], errors="coerce")
-    methods = list(dict.fromkeys(ok["method"]))
+    methods = list(dict.fromkeys(ok["method"].tolist()))
     lines = ["| model | task | setting | metric | " + " | ".join(methods) + " |",
              "|---|---|---|---|" + "---|" * len(methods)]
-    rows: dict[tuple[str, str, str], dict[str, str]] = {}  # (model, task, setting) in the order they ran
+    table: dict[tuple[str, str, str], dict[str, str]] = {}  # (model, task, setting) in the order they ran
     short = ""
     fields = ("model", "task", "setting", "method", "value", "tau", "n", "git_commit", "cell", "message")
-    Row = namedtuple("Row", fields)  # plain Python values: a lab's store has ~10^5 cells
-    columns = [ok[c].tolist() if c in ok.columns else [None] * len(ok) for c in fields]
-    other = {c: other_code(c, current) for c in set(columns[fields.index("git_commit")])}
-    for r in (Row(*values) for values in zip(*columns, strict=True)):
-        rows.setdefault((r.model, r.task, r.setting), {})[r.method] = _entry(r, current, stale, other[r.git_commit])
+    ok = ok.assign(**{c: None for c in fields if c not in ok.columns})
+    other = {c: other_code(c, current) for c in set(ok["git_commit"].tolist())}
+    for r in rows(ok, fields):  # plain Python values: a lab's store has ~10^5 cells
+        table.setdefault((r.model, r.task, r.setting), {})[r.method] = _entry(r, current, stale, other[r.git_commit])
         short = short or (UNALIGNED_NOTE if unaligned(r) else "")
-    for (model, task, setting), by_method in rows.items():
+    for (model, task, setting), by_method in table.items():
         lines.append(f"| {model} | {task} | {setting} | {first_metric[task]} | "
                      + " | ".join(by_method.get(m, "–") for m in methods) + " |")
     note = code_versions_note(ok, current)
-    old = STALE_NOTE if stale & set(ok["cell"]) else ""
+    old = STALE_NOTE if stale & set(ok["cell"].tolist()) else ""
     if listed:
         old = listed + (f"\n\n{old}" if old else "")
     return ("\n".join(lines) + (f"\n\n{short}" if short else "") + (f"\n\n{old}" if old else "")
