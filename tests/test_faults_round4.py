@@ -53,7 +53,7 @@ def test_failed_cells_in_a_launchers_jobs_exit_1_naming_them(launcher, tiny_mode
     assert "2 cell(s) failed" in last and "exceeds 20 tokens" in last and "|lines|20tokens" in last, last
     assert last.count("lengthx") == 1 and last.count("Fix") == 1, last
     if launcher == "submitit_local":
-        assert "1 of 1 job(s) of the sweep had failed cells" in last, last
+        assert "1 of 1 job(s) of the sweep failed" in last, last
     assert "Traceback" not in p.stderr
 
 

@@ -199,3 +199,20 @@ def test_a_job_killed_mid_cell_is_named_by_its_cell_and_a_rerun_resumes_it(tiny_
     assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
     counts = sorted(len(p.read_text().splitlines()) for p in records.glob("*.jsonl"))
     assert counts == [30]  # each example once, those before the kill kept
+
+
+@needs_submitit
+@pytest.mark.slow
+def test_a_training_refused_in_a_launchers_job_is_one_line_naming_it(models, corpus, tmp_path):
+    """``lengthx train -m`` whose job refuses its config (a data file that does not exist, found only when the job
+    reads it): the waiting command names the job and the refusal in one line, exits 1, no traceback, and the
+    refused run leaves no folder behind."""
+    missing = tmp_path / "nowhere" / "corpus.txt"
+    p = subprocess.run([*LENGTHX, "train", "-m", "hydra/launcher=submitit_local",
+                        *train_overrides(models, corpus, tmp_path, out="job"), f"data.files=['{missing}']",
+                        f"hydra.sweep.dir={tmp_path / 'sweep'}"], env=_env(), capture_output=True, text=True,
+                       timeout=300)
+    last = p.stderr.strip().splitlines()[-1]
+    assert p.returncode == 1 and last.startswith("lengthx train: 1 of 1 job(s) of the sweep failed"), p.stderr[-3000:]
+    assert str(missing) in last and "Traceback" not in p.stderr + p.stdout, last
+    assert not (tmp_path / "job").exists()

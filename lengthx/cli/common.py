@@ -42,12 +42,14 @@ USER_ERRORS = (UserError, ValueError, FileNotFoundError, FileExistsError)  # exi
 
 
 @contextmanager
-def reported(prog: str = "lengthx") -> Iterator[None]:
+def reported(prog: str = "lengthx", worker: bool = False) -> Iterator[None]:
     """Errors as one line on stderr: exit 2 for a mistake the user can fix (:data:`USER_ERRORS`), 1 for anything
     else, 130 for Ctrl-C, 143 for SIGTERM. With ``--debug`` / ``LENGTHX_DEBUG=1`` the error propagates, traceback
-    and all."""
+    and all. ``worker``: a job of a launcher in another process (joblib, submitit) raises the line as
+    :class:`JobsFailed` after printing it, so that the command waiting for it names it and exits 1."""
     try:
-        yield
+        with _as_job_failure(worker):
+            yield
     except BrokenPipeError:  # the reader of the output went away (lengthx ls | head): nothing more to say
         quiet_broken_pipe()
     except KeyboardInterrupt as err:
@@ -62,6 +64,8 @@ def reported(prog: str = "lengthx") -> Iterator[None]:
         print(f"{prog}: {one_line(str(err))}", file=sys.stderr)
         sys.exit(2)
     except JobsFailed as err:
+        if worker:  # for the command waiting on this job (_as_job_failure)
+            raise
         print(f"{prog}: {one_line(str(err))}", file=sys.stderr)
         sys.exit(1)
     except Exception as err:
@@ -70,6 +74,28 @@ def reported(prog: str = "lengthx") -> Iterator[None]:
         print(f"{prog}: unexpected {type(err).__name__}: {one_line(str(err))} (rerun with --debug or LENGTHX_DEBUG=1 "
               "for the traceback)", file=sys.stderr)
         sys.exit(1)
+
+
+@contextmanager
+def _as_job_failure(worker: bool) -> Iterator[None]:
+    """In a launcher's worker, a user error or a failure is printed as :func:`reported` prints it (the job's
+    log) and raised again as :class:`JobsFailed`, one line, for the waiting command."""
+    if not worker:
+        yield
+        return
+    try:
+        yield
+    except (*USER_ERRORS, JobsFailed) as err:
+        if debug_enabled():
+            raise
+        print(f"{one_line(str(err))}", file=sys.stderr)
+        raise JobsFailed(one_line(str(err))) from None
+    except Exception as err:
+        if debug_enabled() or stopped_by_the_scheduler(err):
+            raise
+        line = f"unexpected {type(err).__name__}: {one_line(str(err))}"
+        print(line, file=sys.stderr)
+        raise JobsFailed(line) from None
 
 
 def check_results_dir_argument(value: str, must_exist: bool = True) -> None:
@@ -188,7 +214,7 @@ def hydra_entry(task_fn: Callable[[DictConfig], None], argv: list[str], prog: st
         elsewhere = os.getpid() != parent  # a launcher's worker (submitit job, joblib process): its own failures
         if elsewhere:
             FAILED_CELLS.clear()
-        with reported(prog):
+        with reported(prog, worker=elsewhere):
             apply_profile(cfg)  # profile=mini: a paper model runs as its shipped mini
             task_fn(cfg)
         line = failures_line(prog) if elsewhere else None

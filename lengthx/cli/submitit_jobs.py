@@ -84,10 +84,14 @@ class Watched:
         return returns
 
     def _announce(self, jobs: Sequence[Any], executor: Any) -> None:
+        from omegaconf import OmegaConf
+
         where = str(Path(str(executor.folder)).resolve()).replace("%j", "<job id>")
-        print(f"submitted {len(jobs)} job(s) to {self._EXECUTOR}: {_ids(jobs)}; their logs: {where}; "
-              f"results: {self.config.results_dir} (follow with: lengthx tables --summary --results-dir "
-              f"{self.config.results_dir}); {_stop_hint(self._EXECUTOR, jobs)}", flush=True)
+        results = OmegaConf.select(self.config, "results_dir")  # lengthx run / stats / calibrate
+        output = (f"results: {results} (follow with: lengthx tables --summary --results-dir {results})"
+                  if results is not None else f"runs: {OmegaConf.select(self.config, 'train.output_dir')}")
+        print(f"submitted {len(jobs)} job(s) to {self._EXECUTOR}: {_ids(jobs)}; their logs: {where}; {output}; "
+              f"{_stop_hint(self._EXECUTOR, jobs)}", flush=True)
 
     def _cancel(self, jobs: Sequence[Any]) -> None:
         running = [job for job in jobs if not job.done()]
@@ -99,8 +103,8 @@ class Watched:
 
     def _failures(self, failed: list[tuple[int, Any, Exception]], job_overrides: Sequence[Sequence[str]]) -> str:
         index, job, err = failed[0]
-        if isinstance(err, JobsFailed):  # the job ran to its end; cells of it failed, and it says which
-            return f"{len(failed)} of {len(job_overrides)} job(s) of the sweep had failed cells; the first, job " \
+        if isinstance(err, JobsFailed):  # the job said what failed: a user error, a failure, its failed cells
+            return f"{len(failed)} of {len(job_overrides)} job(s) of the sweep failed; the first, job " \
                    f"{job.job_id}: {one_line(str(err))}"
         lines = [line.strip() for line in str(err).splitlines() if line.strip()]
         raised = [line for line in lines if re.match(r"[\w.]+(Error|Exception|Failed|Interrupt)\b:", line)]

@@ -18,11 +18,12 @@ is set up (``--mpirun_hostfile``). ``torchrun --nproc_per_node N -m lengthx.cli.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Any
 
 from lengthx.cli.common import reported
-from lengthx.cli.launchers import check_launcher
+from lengthx.cli.launchers import check_launcher, launcher_target
 from lengthx.config import (
     CONF_DIR,
     RUNS_ENV,
@@ -43,16 +44,18 @@ def compose_train_config(overrides: list[str] | None = None) -> Any:
     return compose_train(overrides)
 
 
-def _train(cfg: Any) -> None:
+def _train(cfg: Any, worker: bool = False) -> None:
+    from lengthx.errors import JobsFailed
     from lengthx.segmented.loop import main_summary, train
 
     # configuration mistakes (unknown family, bad α, missing files, a foreign output_dir, a checkpoint that is
-    # not safetensors and JSON): one paragraph, exit 2, and Hydra's record of the refused run removed
+    # not safetensors and JSON): one paragraph, exit 2, and Hydra's record of the refused run removed; in a
+    # launcher's worker, the same line for the waiting command (lengthx.cli.common.reported)
     try:
-        with reported("lengthx train"):
+        with reported("lengthx train", worker=worker):
             result = train(apply_profile(cfg))
-    except SystemExit as stop:
-        if stop.code == 2:
+    except (SystemExit, JobsFailed) as stop:
+        if isinstance(stop, JobsFailed) or stop.code == 2:
             drop_record_of_refused_run()
         raise
     if result.is_main:
@@ -101,8 +104,16 @@ def train_main(argv: list[str]) -> None:
         print(f"lengthx: {err}", file=sys.stderr)
         sys.exit(2)
     register_resolvers()
-    sys.argv = ["lengthx train", *argv]
-    hydra.main(version_base=None, config_path=str(CONF_DIR), config_name=TRAIN_CONFIG)(_train)()
+    watched = launcher_target(argv)  # submitit's launchers, with the job ids, Ctrl-C and failures
+    sys.argv = ["lengthx train", *argv, *([watched] if watched else [])]
+    parent = os.getpid()
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # a failure reaches the one-line report below, not Hydra's traceback
+
+    def job(cfg: Any) -> None:
+        _train(cfg, worker=os.getpid() != parent)  # a launcher's worker reports its failure to this process
+
+    with reported("lengthx train"):
+        hydra.main(version_base=None, config_path=str(CONF_DIR), config_name=TRAIN_CONFIG)(job)()
 
 
 if __name__ == "__main__":
