@@ -92,7 +92,7 @@ def test_a_sweep_is_one_array_through_sbatch_with_the_rows_of_an_in_process_run(
     before = len(_jobs_seen(cluster))
     p = _lengthx(["run", "-m", *LAUNCHER, *SWEEP, f"results_dir={tmp_path / 'slurm'}"], cluster)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
-    said = re.search(r"submitted 6 job\(s\) to slurm: (\d+)_0 … \1_5; their logs: (\S+); results: (\S+) ", p.stdout)
+    said = re.search(r"submitted 6 job\(s\) to slurm: (\d+)_0 … \1_5; their logs: (.+?); results: (\S+) ", p.stdout)
     assert said and said.group(3) == str(tmp_path / "slurm") and "scancel " + said.group(1) in p.stdout, p.stdout
     local = _lengthx(["run", "-m", *SWEEP, f"results_dir={tmp_path / 'local'}"])
     assert local.returncode == 0, local.stderr[-3000:]
