@@ -1,16 +1,16 @@
 """Cell hashes without the checkout's path (docs/design.md §7): the same checkpoint anywhere is the same cell,
-a changed one is not; the migration carries results hashed the old ways over, old key by old key, and leaves a
-cell whose records the current code does not reproduce where it was."""
+a changed one is not, and a cell the current code does not reproduce (another prompt) is not done and is named
+stale."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,23 +29,12 @@ MINI_T5_LM = PACKAGE_DIR / "checkpoints" / "mini-t5-lm"
 TABLE3_PMAX = ["model=mini-t5-lm", "task=lm", "method=pmax", "task.num_examples=100", "calibration.num_examples=4"]
 
 
-# cell hashes of a task's own settings, as results/ holds them since its migration to hashes of the whole weights
-# and the task's behaviour, without the example count (python scripts/migrate_hashes.py; pinned: results
-# depend on them; the checkpoint's and the behaviour's fingerprints fixed as "w" and "b")
+# cell hashes of a task's own settings, as results/ holds them: hashes of the whole weights and the task's
+# behaviour, without the example count (pinned: results depend on them; the checkpoint's and the behaviour's
+# fingerprints fixed as "w" and "b")
 PINNED = {
     "mini": {"mini-t5|none|passkey|20k": (2702, "8534e8451a1b"), "mini-t5|none|passkey|55k": (7432, "fa3cf693a189")},
     "paper": {"mini-t5|none|passkey|20k": (20000, "33ebce13e4fd"), "mini-t5|none|passkey|55k": (55000, "6b36abb90ad5")},
-}
-# ... as v2 computed them (no path; the example count in the hash): the migration's v2 hash must reproduce these
-PINNED_V2 = {
-    "mini": {"mini-t5|none|passkey|20k": (2702, "e98e14bec594"), "mini-t5|none|passkey|55k": (7432, "8c8b5ee9a1a1")},
-    "paper": {"mini-t5|none|passkey|20k": (20000, "9bf1392c63c7"), "mini-t5|none|passkey|55k": (55000, "42db31984bd2")},
-}
-# ... and as v1 computed them (the checkpoint's path in the hash); the migration's v1 hash must reproduce these
-# (test_the_legacy_hash_is_the_old_code)
-PINNED_BEFORE_MIGRATION = {
-    "mini": {"mini-t5|none|passkey|20k": (2702, "60bc2379025d"), "mini-t5|none|passkey|55k": (7432, "15520e22d184")},
-    "paper": {"mini-t5|none|passkey|20k": (20000, "579432b368d6"), "mini-t5|none|passkey|55k": (55000, "2d2cd2d84ab2")},
 }
 
 
@@ -182,136 +171,48 @@ def test_the_committed_cells_are_done_for_a_checkpoint_elsewhere(tmp_path):
         assert path.is_file(), path
 
 
-# ---- the migration ---------------------------------------------------------------------------------------------
-def _migration(*names: str) -> tuple:
-    """Names of ``scripts/migrate_hashes.py`` (a maintenance script beside the package, not a command)."""
-    spec = importlib.util.spec_from_file_location("migrate_hashes", ROOT / "scripts" / "migrate_hashes.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return tuple(getattr(module, n) for n in names) if len(names) > 1 else getattr(module, names[0])
-
-
-def test_the_legacy_hash_is_the_old_code():
-    """The migration's old hashes reproduce hashes the old code computed (pinned before each change), for a
-    config that has gained keys since (model.trust_remote_code)."""
-    legacy_cell_hash, v2_cell_hash = _migration("legacy_cell_hash", "v2_cell_hash")
-
-    for profile in PINNED:
-        cfg = pinned_config(profile)
-        with open_dict(cfg):
-            cfg.model.trust_remote_code = False
-        got = {c.key: (c.setting.value, legacy_cell_hash(cfg, c.setting, "w", Path("/unused")))
-               for c in planned_cells(cfg)}
-        assert got == PINNED_BEFORE_MIGRATION[profile]
-        assert {c.key: (c.setting.value, v2_cell_hash(cfg, c.setting, "w")) for c in planned_cells(cfg)} \
-            == PINNED_V2[profile]
-
-
 LM_PMAX = ["model=mini-t5-lm", "task=lm", "method=pmax", "task.num_examples=2", "calibration.num_examples=1"]
 
 
-def _old_results(results: Path, scheme: str, old_root: Path = Path("/old/checkout")) -> dict[str, str]:
-    """A results directory as an older lengthx wrote it (``scheme`` v1: a checkout at ``old_root``; v2: the
-    example count in the hash, the weights by their first and last MiB) for Table 3's P_max job with 2 examples:
-    rows and records of two cells, Algorithm 1's cache of one, and one row of a config that no longer exists."""
-    legacy_cell_hash, legacy_fingerprint, legacy_model, v2_cell_hash, v2_fingerprint = _migration(
-        "legacy_cell_hash", "legacy_fingerprint", "legacy_model", "v2_cell_hash", "v2_fingerprint")
-    from lengthx.core.runner import calibration_file
+def test_a_cell_the_current_code_does_not_reproduce_stays_stale(tmp_path, monkeypatch):
+    """Two cells of one job in a store: one written by the current code, one by code that built another prompt
+    for its first example. The hash holds the task's behaviour, so that cell is not done (its next run recomputes
+    it) and the currency check names it stale under its stored hash; the other cell is done and current."""
+    from lengthx.core.currency import check_currency
+    from lengthx.core.store_sources import record_sources
+    from lengthx.tasks.lm import LMTask
 
-    cfg = compose_run([*LM_PMAX, f"results_dir={results}"])
+    results = tmp_path / "results"
+    overrides = [*LM_PMAX, f"results_dir={results}"]
+    cfg = compose_run(overrides)
     runner, store = Runner(cfg), ResultsStore(results)
-    if scheme == "v1":
-        fp = legacy_fingerprint(cfg, perplexity=False)
-        old_key = {"model": legacy_model(cfg.model, old_root / "lengthx"), "weights": fp}
-        hash_of = lambda setting: legacy_cell_hash(cfg, setting, fp, old_root / "lengthx")  # noqa: E731
-    else:
-        fp = v2_fingerprint(cfg, perplexity=False)
-        old_key = {"weights": fp}
-        hash_of = lambda setting: v2_cell_hash(cfg, setting, fp)  # noqa: E731
-    old = {}
-    for cell in planned_cells(cfg)[:2]:
-        chash = hash_of(cell.setting)
-        old[cell.key] = chash
+    done_cell, stale_cell = planned_cells(cfg)[:2]  # the two shortest settings: the hashes build their prompts
+    done_hash, now = runner.cell_hash(done_cell.setting), runner.cell_hash(stale_cell.setting)
+    examples = LMTask.examples
+
+    def another_prompt(self, *args, **kwargs):
+        first, *rest = examples(self, *args, **kwargs)
+        return [replace(first, prompt=first.prompt + " (as an older version built it)"), *rest]
+
+    with monkeypatch.context() as patched:
+        patched.setattr(LMTask, "examples", another_prompt)
+        old = cell_hash(cfg, stale_cell.setting)
+    assert old != now
+    for cell, chash in ((done_cell, done_hash), (stale_cell, old)):
         rows = [{"paper": "A", "model": cell.model, "method": cell.method, "task": cell.task,
                  "setting": cell.setting.label, "metric": m, "value": v, "n": 2, "status": "ok", "cell": cell.key,
-                 "config_hash": chash, "message": "a, \"quoted\" message", "timestamp": "2026-01-01T00:00:00",
-                 "L_tr": cfg.model.l_tr, "seed": 0}
+                 "config_hash": chash, "timestamp": "2026-01-01T00:00:00", "L_tr": cfg.model.l_tr, "seed": 0}
                 for m, v in zip(runner.cell_metrics, (12.5, 2.5, 0.9, 0.1), strict=False)]
         assert store.append_rows(rows, cell.key, chash)
-        for ex in runner.cell_examples(cell.setting):
-            store.append_record(cell.key, {"id": ex.id, "prompt_hash": ex.prompt_hash, "config_hash": chash,
-                                           "scores": {"perplexity": 1.5, "nll": 0.4}, "output": "ünïcode"})
-        store.append_record(cell.key, {"id": "0-9", "config_hash": "000000000000", "scores": {"perplexity": 9.0}})
-    first = planned_cells(cfg)[0]
-    legacy_key = {**runner.calibration_key(first, behaviour=False), **old_key}
-    cache = calibration_file(results, first, cfg.method, legacy_key)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text(json.dumps({**legacy_key, "tau": 0.9, "target": 0.5, "evaluated": {"1.0": 0.6, "0.9": 0.5},
-                                     "forward_passes": 11}, indent=1))
-    stale = {"paper": "A", "model": "mini-t5-lm", "method": "pmax", "task": "lm", "setting": "8192",
-             "metric": "perplexity", "value": 1.0, "n": 2, "status": "ok", "cell": "mini-t5-lm|pmax|lm|8192",
-             "config_hash": "5ta1e0000000", "timestamp": "2026-01-01T00:00:00"}
-    assert store.append_rows([stale], stale["cell"], stale["config_hash"])
-    return old
-
-
-@pytest.mark.parametrize("scheme", ["v1", "v2"])
-def test_the_migration_maps_every_old_key_to_its_new_one(scheme, tmp_path):
-    migrate = _migration("migrate")
-
-    results = tmp_path / "results"
-    old = _old_results(results, scheme)
-    runner = Runner(compose_run([*LM_PMAX, f"results_dir={results}"]))
-    new = {cell.key: chash for cell, chash in runner.cells()}
-    assert not any(runner.is_done(cell, chash) for cell, chash in runner.cells())  # the old keys are not found
-    records_before = {p.name: p.read_bytes() for p in (results / "records").glob("*.jsonl")}
-
-    roots = [Path("/old/checkout")] if scheme == "v1" else []
-    counts, _ = migrate(results, roots, commands=[])  # the rows alone name the job
-
-    rows = 2 * len(runner.cell_metrics)
-    assert (counts.rows, counts.cells, counts.rows_left, counts.records, counts.calibration) == (rows, 2, 1, 4, 1)
-    assert not counts.stale and not counts.header  # written by this store: the header is current
-    df = ResultsStore(results).read()
-    for key, old_hash in old.items():
-        assert set(df[df["cell"] == key]["config_hash"]) == {new[key]} != {old_hash}
-    assert df[df["cell"] == "mini-t5-lm|pmax|lm|8192"]["config_hash"].tolist() == ["5ta1e0000000"]  # not a job
-    assert df[df["cell"] == "mini-t5-lm|pmax|lm|1024"]["message"].tolist() == ['a, "quoted" message'] * 3
-    done = [cell.key for cell, chash in runner.cells() if runner.is_done(cell, chash)]
-    assert done == list(old)
-    for name, before in records_before.items():  # only the hash of the records of the old key changed
-        after = (results / "records" / name).read_bytes()
-        cell = next(k for k in old if ResultsStore(results).records_path(k).name == name)
-        assert after == before.replace(old[cell].encode(), new[cell].encode()) != before
-        assert b'"000000000000"' in after
-    cell = planned_cells(runner.cfg)[0]
-    tau, path, cached = runner.aligned_temperature_with_source(cell)  # from the moved cache, no model loaded
-    assert (tau, cached) == (0.9, True) and runner._loaded is None
-    assert [p.name for p in (results / "calibration").iterdir()] == [path.name]
-    assert json.loads(path.read_text())["forward_passes"] == 11
-
-    again, _ = migrate(results, roots, commands=[])
-    assert (again.rows, again.records, again.calibration) == (0, 0, 0)
-
-
-def test_a_cell_the_current_code_does_not_reproduce_stays_stale(tmp_path):
-    """A v2 cell whose records hold a prompt the current code no longer builds keeps its old hash (its next run
-    recomputes it), and is named; the other cell of the same job is migrated."""
-    migrate = _migration("migrate")
-
-    results = tmp_path / "results"
-    old = _old_results(results, "v2")
-    stale_cell = list(old)[1]
-    path = ResultsStore(results).records_path(stale_cell)
-    first, *rest = path.read_bytes().splitlines(keepends=True)
-    record = json.loads(first)
-    path.write_bytes((json.dumps({**record, "prompt_hash": "0" * 16}) + "\n").encode() + b"".join(rest))
-    counts, _ = migrate(results, [], commands=[])
-    assert counts.cells == 1 and len(counts.stale) == 1 and stale_cell in counts.stale[0]
-    assert f"example {record['id']}'s prompt" in counts.stale[0]
-    df = ResultsStore(results).read()
-    assert set(df[df["cell"] == stale_cell]["config_hash"]) == {old[stale_cell]}
+        assert record_sources(store, [(cell.key, chash)], overrides) == 1
+    assert runner.is_done(done_cell, done_hash)
+    assert not runner.is_done(stale_cell, now)  # a run computes the current hash: the cell is not done
+    df = store.read()
+    assert set(df[df["cell"] == stale_cell.key]["config_hash"]) == {old}
+    verdict = check_currency(results, df)
+    assert verdict.current == [done_cell.key] and not verdict.unverifiable
+    assert list(verdict.stale) == [stale_cell.key]
+    assert f"stored hash {old}, a run now computes {now}" in verdict.stale[stale_cell.key]
 
 
 @pytest.mark.slow

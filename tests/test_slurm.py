@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,10 @@ def cluster(tmp_path_factory):
     CLUSTER.start(root)
     yield root
     CLUSTER.stop(root)
+    states = Counter(j.get("JobState", "?") for j in _jobs_seen(root))
+    log = (root / "log" / "slurmctld.log").read_text()
+    sys.__stderr__.write(f"\nthe controller ran {len(re.findall('sched: Allocate JobId', log))} job starts; its job "
+                         f"log: {dict(states)}; requeues: {len(re.findall('Requeuing JobId', log))}\n")
 
 
 def _lengthx(args: list[str], cluster: Path | None = None, **kw) -> subprocess.CompletedProcess:

@@ -1,8 +1,8 @@
 """The jobs that produced a results directory's cells (docs/results.md): the commands of the Makefile's recipes
 (:data:`MINI_RECIPES`), and jobs read back off the rows (:func:`row_jobs`: model, method, task, setting, L_tr, seed
 and example count, under each dtype and calibration count a row does not name). A tool that carries cells to new
-hashes without recomputing them (``lengthx.cli.rescore``, ``scripts/migrate_hashes.py``) recomputes each candidate
-job's hashes and matches them to the stored ones.
+hashes without recomputing them (``lengthx.cli.rescore``) recomputes each candidate job's hashes and matches them to
+the stored ones.
 """
 
 from __future__ import annotations

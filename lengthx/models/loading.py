@@ -395,9 +395,8 @@ def weights_digest(path: str | None) -> str:
 def weights_fingerprint(path: str | None) -> str:
     """A quick stamp of a local checkpoint's weight files (name, size, first and last MiB); "" for a hub model.
 
-    It keys ``lengthx train``'s claim on its output directory and the cell hashes results held before
-    :func:`weights_digest` (``python scripts/migrate_hashes.py``); a cell's identity hashes the weights in
-    full."""
+    It keys ``lengthx train``'s claim on its output directory; a cell's identity hashes the weights in full
+    (:func:`weights_digest`)."""
     if not path or not Path(path).is_dir():
         return ""
     h = hashlib.sha256()
