@@ -71,3 +71,18 @@ def test_table10_shows_tau_of_every_calibrated_gold_position():
     assert row[-1] == "0.55 (0.75)" and row[3] == "– (0.75)"
     header = next(line for line in out.markdown.splitlines() if line.startswith("| Models"))
     assert "10 Docs 4" in header and "30 Docs 29" in header
+
+
+def test_the_grid_end_note_goes_only_under_a_table_with_a_cell_at_the_grids_end():
+    """The note on τ at Algorithm 1's grid end follows the cells it marks: results/mini holds such τ for topics and
+    passkey (Tables 9, 10), never for Table 3's perplexity, whose bold best values (``**…**``) once passed for the
+    mark and drew the note."""
+    from lengthx.core.store import ResultsStore
+    from lengthx.report.tables import TABLES
+    from lengthx.report.tables.render import UNALIGNED_NOTE, render
+
+    store = ResultsStore(ROOT / "results" / "mini")
+    df = store.read()
+    md = {name: render(TABLES[name], df, store=store).markdown for name in ("aa_table3", "aa_table9")}
+    assert "**" in md["aa_table3"] and UNALIGNED_NOTE not in md["aa_table3"]
+    assert UNALIGNED_NOTE in md["aa_table9"]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import io
 import json
 import logging
@@ -347,6 +348,13 @@ class ResultsStore:
     # ---- per-example records ------------------------------------------------------------------------------
     def records_path(self, cell: str) -> Path:
         return self.records_dir / f"{safe_name(cell)}.jsonl"
+
+    @staticmethod
+    @functools.lru_cache(maxsize=1 << 18)
+    def records_name(cell: str) -> str:
+        """The file name of a cell's records (:meth:`records_path` without the directory; kept per process, as
+        the tables ask it of the same cells)."""
+        return f"{safe_name(cell)}.jsonl"
 
     def records_files(self) -> frozenset[str]:
         """The names of the records files present (one directory listing, for a reader of many cells)."""

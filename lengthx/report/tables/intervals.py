@@ -134,7 +134,7 @@ def table_intervals(store: ResultsStore, ok: pd.DataFrame, tasks: set[str], metr
     scores: dict[Key, dict[str, float]] = {}
     on_disk = store.records_files()  # one listing: a cell with no records file has no interval, unread
     for r in frame_rows(rows, ["model", "method", "task", "setting", "metric", "cell", "config_hash", "n"]):
-        if store.records_path(str(r.cell)).name not in on_disk:
+        if store.records_name(str(r.cell)) not in on_disk:
             continue
         got = cell_scores(store, r, r.metric)
         if got and len(got) == int(r.n):

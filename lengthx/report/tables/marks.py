@@ -32,7 +32,8 @@ def l_tr_rows(ok: pd.DataFrame, tasks: set[str]) -> pd.DataFrame:
     if ok.empty or "L_tr" not in ok.columns:
         return ok.iloc[0:0]
     l_tr = pd.to_numeric(ok["L_tr"], errors="coerce")
-    label = l_tr.map(lambda v: f"{int(v)}tokens" if pd.notna(v) else "")
+    label = pd.Series("", index=ok.index, dtype=object)
+    label[l_tr.notna()] = l_tr[l_tr.notna()].astype("int64").astype(str) + "tokens"
     return ok[(ok["method"] == "none") & ok["task"].isin(tasks) & (ok["setting"].astype(str) == label)]
 
 
@@ -48,7 +49,8 @@ def with_l_tr(spec: TableSpec, ok: pd.DataFrame,
     found = l_tr_rows(ok, spec.tasks)
     if found.empty:
         return spec, ok, stale
-    stale = set(stale) | {f"{r.model}|none|{r.task}|{L_TR}" for r in found.itertuples() if r.cell in stale}
+    stale = set(stale) | {f"{m}|none|{t}|{L_TR}" for m, t, c in zip(found["model"].tolist(), found["task"].tolist(),
+                                                                     found["cell"].tolist(), strict=True) if c in stale}
     columns: list[Column] = []
     paper: list[int] = []
     for j, c in enumerate(spec.columns):

@@ -19,6 +19,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from lengthx.config import CONF_DIR
+from lengthx.core.frames import rows as frame_rows
 from lengthx.core.store import SHORT_OF_TARGET, UNALIGNED_MARK, ResultsStore
 from lengthx.report.tables.intervals import CellInterval, table_intervals
 from lengthx.report.tables.marks import mark_stale, notes_for, row_average, with_l_tr
@@ -209,7 +210,9 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
     With ``store`` (the results' directory) a spec with ``intervals`` shows each cell's 95% interval from its
     records, and the Markdown gains a table of paired differences to ``spec.paired_with`` (τ = 1, or OOTB).
     A cell whose key is in ``stale`` (:mod:`lengthx.core.currency`) is marked :data:`STALE_MARK`."""
-    spec, ok, stale = with_l_tr(spec, latest_ok(df), stale)  # the stand-in at its training length (marks.py)
+    ok = latest_ok(df)
+    ok = ok[ok["task"].isin(spec.tasks)] if not ok.empty else ok  # a lab's store holds many other tasks' cells
+    spec, ok, stale = with_l_tr(spec, ok, stale)  # the stand-in at its training length (marks.py)
     notes: list[str] = []
     if spec.derive is not None and not ok.empty:
         ok, notes = spec.derive(ok)
@@ -217,21 +220,26 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
         if spec.intervals and store is not None else {}
     paired: list[tuple[str, list[str], bool]] = []
     info = model_info()
-    index = {(r.model, r.method, r.task, str(r.setting), r.metric): r.value for r in ok.itertuples()}
-    short = {(r.model, r.method, r.task, str(r.setting), r.metric): True for r in ok.itertuples()
+    fields = [*CELL_KEY, "value", *(["message"] if "message" in ok.columns else [])]
+    listed = frame_rows(ok.assign(setting=ok["setting"].astype(str)) if not ok.empty else ok, fields)
+    index = {(r.model, r.method, r.task, r.setting, r.metric): r.value for r in listed}
+    short = {(r.model, r.method, r.task, r.setting, r.metric): True for r in listed
              if r.metric == "tau" and unaligned(r)}  # τ of Algorithm 1 at its grid's end, short of its target
-    counts = {key: int(n) for key, n in zip(index, ok["n"] if "n" in ok.columns else [None] * len(ok), strict=True)
-              if n is not None and pd.notna(n)}
+    counts = {key: int(n) for key, n in zip(index, ok["n"].tolist() if "n" in ok.columns else [None] * len(ok),
+                                            strict=True) if n is not None and n == n}  # n == n: not NaN
     usual = _usual_count(counts, spec)
-    present = {m for (m, _, t, _, _) in index if t in spec.tasks}
+    tasks = spec.tasks
+    present = {m for (m, _, t, _, _) in index if t in tasks}
     models = [m for m in spec.models if m in present] if spec.models else sorted(present)
-    models = [m for m in models if m in info or _fills_a_column(spec, index, m)]  # own models where they match
+    filled = _filled_by_model(spec, index)
+    models = [m for m in models if m in info or _fills_a_column(spec, filled, m)]  # own models where they match
     metrics = {c.metric for c in spec.columns}
     extra = sorted({me.split("@")[0] for (m, me, t, _, mt) in index
-                    if t in spec.tasks and mt in metrics} - set(spec.methods) - {"stats", "none"}) \
+                    if t in tasks and mt in metrics} - set(spec.methods) - {"stats", "none"}) \
         if spec.extra_methods else []
     published = read_paper_table(spec) if compare_paper else []
     body: list[tuple[str, list[str], bool]] = []  # (label, cells, is_model_row)
+    marked = False  # whether a cell carries UNALIGNED_MARK
     missing: list[str] = []
     compared: list[str] = []
     for model in models:
@@ -265,6 +273,7 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
                      is not None for c in spec.columns]
             cells = [f"{cell}{UNALIGNED_MARK}" if cell and mark else cell
                      for cell, mark in zip(cells, [*marks, False][:len(cells)], strict=True)]
+            marked = marked or any(m and cell for m, cell in zip(marks, cells, strict=False))
             cells = mark_stale(cells, spec, model, method, stale)
             if intervals:
                 found = [_interval(intervals, spec, model, method, c, metric or c.metric) for c in spec.columns]
@@ -309,7 +318,7 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
         markdown += (f"\nOur value, then the published one in parentheses (– where ours is missing)"
                      f"{'; ' + note if note else ''}.\n")
     data_notes = table_notes(spec, ok[ok["model"].isin(models)] if not ok.empty else ok)
-    if any(any(UNALIGNED_MARK in c for c in cells) for _, cells, _ in body if short):
+    if marked:  # a cell of this table is τ at Algorithm 1's grid end (never a bold cell's ** read as the mark)
         data_notes.append(UNALIGNED_NOTE)
     data_notes = notes_for(spec, ok, intervals, models, info, body) + data_notes  # what the model does at L_tr first
     if data_notes:
@@ -317,11 +326,21 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
     return Rendered(_latex(spec, groups, headers, body, [n for n in (derived, *data_notes) if n]), markdown, missing)
 
 
-def _fills_a_column(spec: TableSpec, index: dict, model: str) -> bool:
-    """Whether ``model`` has a value in some column of ``spec`` (its task, setting and metric): a model run with
-    ``model=hf`` gets a row only in the tables whose task and settings it ran (docs/design.md §4)."""
+def _filled_by_model(spec: TableSpec, index: dict) -> dict[str, set[tuple[str, str]]]:
+    """The (task, setting) pairs each model has a value of, in a metric of ``spec`` (one pass over ``index``)."""
     metrics = {c.metric for c in spec.columns} | {r.metric for r in spec.rows or ()}
-    have = {(t, s) for (m, _, t, s, mt) in index if m == model and mt in metrics}
+    have: dict[str, set[tuple[str, str]]] = {}
+    for (m, _, t, s, mt) in index:
+        if mt in metrics:
+            have.setdefault(m, set()).add((t, s))
+    return have
+
+
+def _fills_a_column(spec: TableSpec, filled: dict[str, set[tuple[str, str]]], model: str) -> bool:
+    """Whether ``model`` has a value in some column of ``spec`` (its task, setting and metric;
+    :func:`_filled_by_model`): a model run with ``model=hf`` gets a row only in the tables whose task and settings
+    it ran (docs/design.md §4)."""
+    have = filled.get(model, set())
     return any((c.task, s) in have for c in spec.columns for s in (c.average_of or (c.setting,)))
 
 

@@ -31,14 +31,18 @@ METHODS = ("ootb", *(f"ootb+{r}" for r in TAU_RULES), CHUNK, BEST)
 def best_rules(ok: pd.DataFrame) -> dict[str, tuple[list[str], float]]:
     """Per model, the τ methods with the lowest mean OOTB perplexity over :data:`SETTINGS` (ties: all of
     them, e.g. log and LongRoPE, which are the same τ) and that mean; only methods with every column count."""
-    rows = ok[(ok["task"] == PPL) & (ok["metric"] == "ppl") & ok["setting"].isin(SETTINGS)]
+    rows = ok[(ok["task"] == PPL) & (ok["metric"] == "ppl") & ok["setting"].isin(SETTINGS)
+              & ok["method"].isin([f"ootb+{rule}" for rule in TAU_RULES])]
+    # one pass over a lab's store: per (model, method) the settings it has and their mean
+    stats = rows.assign(value=pd.to_numeric(rows["value"], errors="coerce")).groupby(["model", "method"]).agg(
+        settings=("setting", "nunique"), mean=("value", "mean"))
+    complete = stats[stats["settings"] == len(SETTINGS)]
+    by_model: dict[str, dict[str, float]] = {}
+    for (model, method), mean in zip(complete.index.tolist(), complete["mean"].tolist(), strict=True):
+        by_model.setdefault(str(model), {})[method.removeprefix("ootb+")] = float(mean)
     out: dict[str, tuple[list[str], float]] = {}
-    for model, group in rows.groupby("model"):
-        means = {}
-        for rule in TAU_RULES:
-            cells = group[group["method"] == f"ootb+{rule}"]
-            if cells["setting"].nunique() == len(SETTINGS):
-                means[rule] = float(cells["value"].mean())
+    for model in sorted(by_model):
+        means = {rule: by_model[model][rule] for rule in TAU_RULES if rule in by_model[model]}  # in TAU_RULES' order
         if means:
             low = min(means.values())
             out[str(model)] = ([r for r, v in means.items() if abs(v - low) <= 1e-9 * max(1.0, low)], low)
@@ -49,8 +53,9 @@ def with_best_rule(ok: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """``ok`` plus the rows of :data:`BEST` (copies of ``chunk-0.25@4L_t+<best rule>``), and one note per model
     naming its rule."""
     extra, notes = [], []
+    chunks = ok[ok["method"].str.startswith(f"{CHUNK}+")]  # the candidates, once (a lab's store is large)
     for model, (rules, mean) in best_rules(ok).items():
-        extra.append(ok[(ok["model"] == model) & (ok["method"] == f"{CHUNK}+{rules[0]}")].assign(method=BEST))
+        extra.append(chunks[(chunks["model"] == model) & (chunks["method"] == f"{CHUNK}+{rules[0]}")].assign(method=BEST))
         notes.append(f"{model}: {' = '.join(rules)} (mean OOTB perplexity {mean:.3f} over {SETTINGS[0]}–{SETTINGS[-1]})")
     return pd.concat([ok, *extra], ignore_index=True), notes
 
