@@ -5,6 +5,7 @@ pass config overrides; each seeds torch itself, so the same arguments give the s
 from __future__ import annotations
 
 import random
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,87 @@ def train_overrides(models, corpus, tmp_path, model="gpt2", method="chunk-0.25",
         "train.lr=3e-4",
     ]
     return ov + [f"{k}={v}" for k, v in extra.items()]
+
+
+def in_process(argv: list[str], cwd: str | Path | None = None, input: str | None = None,
+               **env: str) -> subprocess.CompletedProcess:
+    """Run a command in this process as its own process would run it, where the process boundary is not what a
+    test checks (a subprocess pays ~5 s of torch and transformers imports): ``in_process(["lengthx", *args])``
+    is ``python -m lengthx.cli *args`` (its ``__main__``), ``in_process([script, *args])`` is ``python script
+    *args``. Returns a :class:`subprocess.CompletedProcess` with the exit status, stdout and stderr, read as
+    Python exits: ``sys.exit(n)`` is n, a normal return 0, an uncaught exception its traceback on stderr and 1.
+
+    As in a fresh process, the root logger has no handler when the command starts (its ``logging.basicConfig``
+    and Hydra's logging put warnings on stderr), ``LENGTHX_DEBUG`` is unset and torch runs one thread; ``env`` is
+    set for the call (variables a command reads while it runs, not at import), ``cwd`` is its working directory,
+    ``input`` what it reads on stdin. Afterwards the environment, working directory, ``sys.argv``, ``sys.path``,
+    ``sys.stdin``, signal handlers, torch's threads, logging and Hydra's global state (its config too: a later run
+    through the API must not see this job's) are restored."""
+    import io
+    import logging
+    import os
+    import runpy
+    import signal
+    import sys
+    import traceback
+    from contextlib import redirect_stderr, redirect_stdout
+
+    import torch
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    argv = [str(a) for a in argv]
+    environ, where, saved_argv, saved_path, stdin = dict(os.environ), os.getcwd(), sys.argv, sys.path[:], sys.stdin
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    root = logging.getLogger()
+    root_handlers, root_level, threads = root.handlers[:], root.level, torch.get_num_threads()
+    hydra_before = GlobalHydra.instance().is_initialized()
+    os.environ.pop("LENGTHX_DEBUG", None)
+    os.environ.update({"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **env})
+    torch.set_num_threads(1)
+    if cwd is not None:
+        os.chdir(cwd)
+    sys.argv = argv
+    if input is not None:
+        sys.stdin = io.StringIO(input)
+    root.handlers = []
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                if argv[0] == "lengthx":
+                    runpy.run_module("lengthx.cli", run_name="__main__")
+                else:
+                    runpy.run_path(argv[0], run_name="__main__")
+                status = 0
+            except SystemExit as exc:
+                status = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+                if not isinstance(exc.code, int | None):
+                    print(exc.code, file=sys.stderr)
+            except Exception:  # noqa: BLE001 - what the interpreter does with an uncaught exception
+                traceback.print_exc()
+                status = 1
+    finally:
+        for handler in root.handlers:
+            if handler not in root_handlers:
+                handler.close()
+        root.handlers = root_handlers
+        root.setLevel(root_level)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        torch.set_num_threads(threads)
+        if not hydra_before:  # Hydra's global state ends with the process
+            GlobalHydra.instance().clear()
+            HydraConfig.instance().cfg = None
+        sys.argv, sys.path[:], sys.stdin = saved_argv, saved_path, stdin
+        os.chdir(where)
+        for key in set(os.environ) - set(environ):
+            del os.environ[key]
+        os.environ.update(environ)
+    return subprocess.CompletedProcess(argv, status, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture
+def as_a_process():
+    """:func:`in_process`, for a test (a module-scoped fixture calls the function itself)."""
+    return in_process

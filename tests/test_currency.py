@@ -5,18 +5,13 @@ checkpoints, and the tables mark what is no longer current.
 
 from __future__ import annotations
 
-import io
 import json
-import logging
-import os
 import shutil
-import signal
-import sys
-from contextlib import redirect_stderr, redirect_stdout
+import subprocess
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from conftest import in_process
 
 from lengthx.core.store import ResultsStore
 from lengthx.core.store_sources import read_sources
@@ -27,50 +22,10 @@ CHECKPOINTS = ROOT / "lengthx" / "checkpoints"
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def run_command(args: list[str]) -> SimpleNamespace:
-    """``lengthx <args>`` in this process, as its own process would run it (what is tested is the command's
-    answer, not its process; the imports are paid once): its exit status, stdout and stderr. As in a fresh
-    process, the root logger has no handler when the command starts (its warnings reach stderr) and
-    ``LENGTHX_DEBUG`` is unset. What the command changes in the process is put back afterwards: ``sys.argv``,
-    ``sys.path``, the environment, the SIGINT and SIGTERM handlers, torch's threads, the root logger (Hydra's job
-    logging replaces its handlers) and Hydra's global state (a later run through the API must not see this job's
-    config)."""
-    import torch
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-
-    from lengthx.cli import main
-
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    argv, path, environ, threads = sys.argv[:], sys.path[:], dict(os.environ), torch.get_num_threads()
-    signals = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    os.environ.pop("LENGTHX_DEBUG", None)
-    os.environ.update({"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"})
-    torch.set_num_threads(1)
-    out, err = io.StringIO(), io.StringIO()
-    status = 0
-    try:
-        with redirect_stdout(out), redirect_stderr(err):
-            root.handlers = []
-            main(list(args))
-    except SystemExit as exc:
-        status = 0 if exc.code is None else exc.code
-    finally:
-        for handler in root.handlers:
-            if handler not in handlers:
-                handler.close()
-        root.handlers = handlers
-        root.setLevel(level)
-        sys.argv, sys.path[:] = argv, path
-        os.environ.clear()
-        os.environ.update(environ)
-        for sig, handler in signals.items():
-            signal.signal(sig, handler)
-        torch.set_num_threads(threads)
-        GlobalHydra.instance().clear()
-        HydraConfig.instance().cfg = None
-    return SimpleNamespace(returncode=status, stdout=out.getvalue(), stderr=err.getvalue())
+def run_command(args: list[str]) -> subprocess.CompletedProcess:
+    """``lengthx <args>`` in this process, as its own process would run it (conftest.in_process: what is tested
+    is the command's answer, not its process; the imports are paid once)."""
+    return in_process(["lengthx", *args], OMP_NUM_THREADS="1")
 
 
 def _run(model_dir: Path, results: Path, *extra: str) -> None:

@@ -5,11 +5,14 @@ list of missing cells."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pandas as pd
@@ -29,11 +32,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PAPER_TABLES = ROOT / "lengthx" / "published" / "attention-alignment-tables"  # package data
 LENGTHX = [sys.executable, "-m", "lengthx.cli"]
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def _lengthx(args: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    return subprocess.run(LENGTHX + args, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
 
 
 def _listed(out: str) -> tuple[list[str], dict[str, int]]:
@@ -64,11 +62,17 @@ def _published_numbers(path: Path) -> int:
 
 @pytest.fixture(scope="module")
 def paper_plan() -> str:
-    """``lengthx plan profile=paper``: composes every experiment of the paper profile in a subprocess, which
-    makes each test that uses it slow."""
-    p = _lengthx(["plan", "profile=paper"])
-    assert p.returncode == 0, p.stderr[-3000:]
-    return p.stdout
+    """The output of ``lengthx plan profile=paper`` (the command's ``main``, run once in this process): composes
+    every experiment of the paper profile, which makes each test that uses it slow."""
+    from lengthx.cli import main
+
+    out, err, sigterm = io.StringIO(), io.StringIO(), signal.getsignal(signal.SIGTERM)
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            main(["plan", "profile=paper"])  # a failure exits (SystemExit): the fixture errors with it
+    finally:
+        signal.signal(signal.SIGTERM, sigterm)
+    return out.getvalue()
 
 
 @pytest.mark.slow
@@ -108,16 +112,17 @@ def test_plan_cells_are_the_papers_models_methods_and_settings(paper_plan):
 
 
 @pytest.mark.slow
-def test_hydra_dry_run_lists_the_sweep_and_writes_nothing(paper_plan, tmp_path):
+def test_hydra_dry_run_lists_the_sweep_and_writes_nothing(paper_plan, tmp_path, as_a_process):
     res = tmp_path / "res"
-    p = _lengthx(["run", "-m", "experiment=aa_table3", "profile=paper", f"results_dir={res}", "--dry-run"])
+    p = as_a_process(["lengthx", "run", "-m", "experiment=aa_table3", "profile=paper", f"results_dir={res}",
+                      "--dry-run"], cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
     cells, counts = _listed(p.stdout)
     assert sorted(cells) == sorted(c for c in _listed(paper_plan)[0] if "|lm|" in c)
     assert counts["aa_table3"] == 60 and "Launching 12 jobs" in p.stdout + p.stderr
     assert not res.exists()  # no results, no Hydra output directory
     # model= on the command line narrows the sweep; the mini profile runs mini-t5 at scaled lengths
-    p = _lengthx(["run", "-m", "experiment=aa_code_key", "model=mini-t5", "--dry-run"])
+    p = as_a_process(["lengthx", "run", "-m", "experiment=aa_code_key", "model=mini-t5", "--dry-run"], cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
     assert sorted(_listed(p.stdout)[0]) == [f"mini-t5|{m}|code_key|16k" for m in ("entropy", "log", "none", "pmax")]
     assert "(5333 tokens)" in p.stdout  # 16000 × L_tr 256 / 768
@@ -174,9 +179,10 @@ def test_longchat_prompts_are_wrapped_in_its_chat_template(tiny_llama_dir, tmp_p
 
 
 @pytest.mark.slow
-def test_longchat_runs_through_the_cli(tiny_llama_dir, tmp_path):
-    p = _lengthx(["run", "model=longchat-13b-16k", f"model.path={tiny_llama_dir}", "model.l_tr=64",
-                  "task=lines", "method=none", "task.num_examples=2", "task.settings=[3]", f"results_dir={tmp_path}"])
+def test_longchat_runs_through_the_cli(tiny_llama_dir, tmp_path, as_a_process):
+    p = as_a_process(["lengthx", "run", "model=longchat-13b-16k", f"model.path={tiny_llama_dir}", "model.l_tr=64",
+                      "task=lines", "method=none", "task.num_examples=2", "task.settings=[3]",
+                      f"results_dir={tmp_path}"], cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
     df = ResultsStore(tmp_path).read()
     assert set(df["model"]) == {"longchat-13b-16k"} and (df["status"] == "ok").all()

@@ -100,7 +100,7 @@ def _copy(src: Path, tmp_path: Path) -> Path:
 
 # ---- results.csv -------------------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_torn_row_is_set_aside_and_its_cell_recomputed(finished, tiny_model_dir, tmp_path):
+def test_torn_row_is_set_aside_and_its_cell_recomputed(finished, tiny_model_dir, tmp_path, as_a_process):
     res = _copy(finished, tmp_path)
     csv = res / "results.csv"
     lines = csv.read_bytes().splitlines(keepends=True)
@@ -109,7 +109,7 @@ def test_torn_row_is_set_aside_and_its_cell_recomputed(finished, tiny_model_dir,
         fh.truncate(csv.stat().st_size - 150)
     torn_cell = ResultsStore(finished).read()["cell"].iloc[-1]
 
-    p = run_command(_args(tiny_model_dir, res))
+    p = as_a_process(["lengthx", *_args(tiny_model_dir, res)])
     assert p.returncode == 0, p.stderr[-3000:]
     sides = list(res.glob("results.csv.corrupt-*"))
     assert len(sides) == 1 and sides[0].read_bytes() == lines[-1][:-150]
@@ -123,40 +123,41 @@ def test_torn_row_is_set_aside_and_its_cell_recomputed(finished, tiny_model_dir,
     assert status[torn_cell] == "ok" and set(status.values()) == {"ok", "done"}  # only the torn cell reran
     assert _latest(res) == _latest(finished)  # the torn cell has all its rows again, with the same values
     # the store stays appendable: a third cell lands on its own line
-    assert run_command(_args(tiny_model_dir, res, settings="[480]")).returncode == 0
+    assert as_a_process(["lengthx", *_args(tiny_model_dir, res, settings="[480]")]).returncode == 0
     assert len(_latest(res)) == len(_latest(finished)) + 2
 
 
 @pytest.mark.slow
-def test_deleted_header_stops_before_any_work(finished, tiny_model_dir, tmp_path):
+def test_deleted_header_stops_before_any_work(finished, tiny_model_dir, tmp_path, as_a_process):
     res = _copy(finished, tmp_path)
     csv = res / "results.csv"
     csv.write_bytes(b"".join(csv.read_bytes().splitlines(keepends=True)[1:]))
     before = {p: p.read_bytes() for p in res.rglob("*") if p.is_file()}
-    line = _user_error(run_command(_args(tiny_model_dir, res)), str(csv), "line 1", "header")
+    line = _user_error(as_a_process(["lengthx", *_args(tiny_model_dir, res)]), str(csv), "line 1", "header")
     assert "paper,table,model" in line  # the fix: the header line to put back
     assert {p: p.read_bytes() for p in res.rglob("*") if p.is_file() and p.name != ".results.lock"} == before
-    _user_error(run_command(["tables", "--results-dir", str(res), "--out", str(tmp_path / "t")]), str(csv), "line 1")
+    _user_error(as_a_process(["lengthx", "tables", "--results-dir", res, "--out", tmp_path / "t"]), str(csv), "line 1")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("garbage", [b"\x00\xff\xfe\x01 garbage bytes\n", b"1,2,three\n"], ids=["binary", "fields"])
-def test_garbage_in_the_csv_stops_before_any_work(garbage, finished, tiny_model_dir, tmp_path):
+def test_garbage_in_the_csv_stops_before_any_work(garbage, finished, tiny_model_dir, tmp_path, as_a_process):
     res = _copy(finished, tmp_path)
     csv = res / "results.csv"
     lines = csv.read_bytes().splitlines(keepends=True)
     csv.write_bytes(b"".join([*lines[:2], garbage, *lines[2:]]))
     records = {p: p.read_bytes() for p in (res / "records").iterdir()}
-    line = _user_error(run_command(_args(tiny_model_dir, res)), str(csv), "line 3")
+    line = _user_error(as_a_process(["lengthx", *_args(tiny_model_dir, res)]), str(csv), "line 3")
     assert "sed -i '3d'" in line  # the fix
     assert {p: p.read_bytes() for p in (res / "records").iterdir()} == records
-    _user_error(run_command(["tables", "--results-dir", str(res), "--out", str(tmp_path / "t")]), str(csv), "line 3")
+    _user_error(as_a_process(["lengthx", "tables", "--results-dir", res, "--out", tmp_path / "t"]), str(csv), "line 3")
 
 
 # ---- records and caches ------------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["torn", "no-id", "non-utf8"])
-def test_a_bad_records_line_is_set_aside_and_its_example_recomputed(kind, finished, tiny_model_dir, tmp_path):
+def test_a_bad_records_line_is_set_aside_and_its_example_recomputed(kind, finished, tiny_model_dir, tmp_path,
+                                                                    as_a_process):
     res = _copy(finished, tmp_path)
     (res / "results.csv").unlink()  # cells not done: their records are read back
     path = sorted((res / "records").glob("*.jsonl"))[0]
@@ -166,7 +167,7 @@ def test_a_bad_records_line_is_set_aside_and_its_example_recomputed(kind, finish
            "non-utf8": good[0][:40] + "é".encode()[:1] + b"\n"}[kind]  # a record torn inside a character
     path.write_bytes(bad + b"".join(good[1:]))
 
-    p = run_command(_args(tiny_model_dir, res))
+    p = as_a_process(["lengthx", *_args(tiny_model_dir, res)])
     assert p.returncode == 0, p.stderr[-3000:]
     out = p.stdout + p.stderr  # the warning is logged by the run's job (Hydra's console log)
     assert f"{path}: line 1" in out and "Traceback" not in out
@@ -342,36 +343,36 @@ def _read_only(path: Path):
             path.chmod(0o755)
 
 
-def test_results_dir_that_is_a_file(tiny_model_dir, tmp_path):
+def test_results_dir_that_is_a_file(tiny_model_dir, tmp_path, as_a_process):
     target = tmp_path / "results.txt"
     target.write_text("not a directory")
-    _user_error(run_command(_args(tiny_model_dir, target, n=1, settings="[320]"), timeout=120),
+    _user_error(as_a_process(["lengthx", *_args(tiny_model_dir, target, n=1, settings="[320]")]),
                 f"results_dir={target}", "not a directory")
 
 
 @pytest.mark.parametrize("hydra_dir", [False, True], ids=["default", "hydra-elsewhere"])
-def test_read_only_results_dir(hydra_dir, tiny_model_dir, tmp_path):
+def test_read_only_results_dir(hydra_dir, tiny_model_dir, tmp_path, as_a_process):
     res = tmp_path / "ro"
     res.mkdir()
     extra = [f"hydra.run.dir={tmp_path / 'hydra'}"] if hydra_dir else []
     with _read_only(res):
         start = time.time()
-        p = run_command([*_args(tiny_model_dir, res, n=1, settings="[320]"), *extra], timeout=120)
+        p = as_a_process(["lengthx", *_args(tiny_model_dir, res, n=1, settings="[320]"), *extra])
         _user_error(p, f"results_dir={res}", "not writable")
     assert time.time() - start < 60 and not (tmp_path / "hydra").exists()
 
 
 @pytest.mark.slow
-def test_empty_model_dir(tmp_path):
+def test_empty_model_dir(tmp_path, as_a_process):
     empty = tmp_path / "model"
     empty.mkdir()
-    _user_error(run_command(_args(str(empty), tmp_path / "res", n=1, settings="[320]"), timeout=120),
+    _user_error(as_a_process(["lengthx", *_args(str(empty), tmp_path / "res", n=1, settings="[320]")]),
                 str(empty), "config.json")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("damage", ["truncated", "missing"])
-def test_a_damaged_shard_is_named(damage, tmp_path):
+def test_a_damaged_shard_is_named(damage, tmp_path, as_a_process):
     import torch
     from transformers import T5ForConditionalGeneration
 
@@ -387,14 +388,14 @@ def test_a_damaged_shard_is_named(damage, tmp_path):
             fh.truncate(shard.stat().st_size // 2)
     else:
         shard.unlink()
-    p = run_command(["run", "model=mini-t5", f"model.path={model}", "task=passkey", "task.settings=[300]",
-              "task.num_examples=1", f"results_dir={tmp_path / 'res'}"], timeout=120)
+    p = as_a_process(["lengthx", "run", "model=mini-t5", f"model.path={model}", "task=passkey", "task.settings=[300]",
+                      "task.num_examples=1", f"results_dir={tmp_path / 'res'}"])
     _user_error(p, shard.name, damage)
 
 
 # ---- Ctrl-C and per-example records -------------------------------------------------------------------------
 @pytest.mark.slow
-def test_ctrl_c_keeps_finished_examples_and_says_how_to_resume(tiny_model_dir, tmp_path):
+def test_ctrl_c_keeps_finished_examples_and_says_how_to_resume(tiny_model_dir, tmp_path, as_a_process):
     res = tmp_path / "res"
     n = 60  # long enough (two cells of 60) that the interrupt lands mid-run on a fast or a loaded machine
     args = _args(tiny_model_dir, res, n=n)
@@ -415,7 +416,7 @@ def test_ctrl_c_keeps_finished_examples_and_says_how_to_resume(tiny_model_dir, t
     last = re.split(r"[\r\n]", err.strip())[-1]  # after the progress bar's carriage returns
     assert last == f"interrupted; rerun the same command to resume: {kept} of {2 * n} examples kept"
     assert 2 <= kept < 2 * n
-    p = run_command(args)
+    p = as_a_process(["lengthx", *args])  # the resume (the interrupt above is a real process's)
     assert p.returncode == 0, p.stderr[-3000:]
     for f in (res / "records").glob("*.jsonl"):
         ids = [json.loads(x)["id"] for x in f.read_text().splitlines()]
@@ -458,7 +459,7 @@ class _Payload:
 
 
 @pytest.mark.slow
-def test_a_pickle_planted_in_a_training_checkpoint_is_refused(models, corpus, tmp_path):
+def test_a_pickle_planted_in_a_training_checkpoint_is_refused(models, corpus, tmp_path, as_a_process):
     from lengthx.cli.train import compose_train_config
     from lengthx.segmented.loop import train
 
@@ -474,9 +475,7 @@ def test_a_pickle_planted_in_a_training_checkpoint_is_refused(models, corpus, tm
         train(compose_train_config(ov))
     assert not marker.exists(), "the checkpoint ran code"
     assert str(planted) in str(exc.value) and "safetensors" in str(exc.value)
-    p = subprocess.run([*LENGTHX, "train", *ov, f"hydra.run.dir={tmp_path / 'hydra'}"], capture_output=True,
-                       text=True, env=_env(), timeout=300, preexec_fn=_limit_memory)
-    _user_error(p, str(planted))
+    _user_error(as_a_process(["lengthx", "train", *ov, f"hydra.run.dir={tmp_path / 'hydra'}"]), str(planted))
     assert not marker.exists()
 
 

@@ -366,7 +366,7 @@ def test_a_config_json_that_is_not_json_is_named(tiny_model_dir, tmp_path, capsy
 
 
 # ---- 7-8: code from outside the run never executes ----------------------------------------------------------
-def test_an_auto_map_directory_is_refused_and_its_code_never_runs(tiny_model_dir, tmp_path):
+def test_an_auto_map_directory_is_refused_and_its_code_never_runs(tiny_model_dir, tmp_path, as_a_process):
     """A model directory whose config names its own modeling code, with "y" typed at any prompt: exit 2 naming
     auto_map and model.trust_remote_code; the directory's Python never runs."""
     model = Path(shutil.copytree(tiny_model_dir, tmp_path / "model"))
@@ -379,8 +379,7 @@ def test_an_auto_map_directory_is_refused_and_its_code_never_runs(tiny_model_dir
         "class EvilModel(T5ForConditionalGeneration):\n    config_class = EvilConfig\n")
     _with_config(model, model_type="evil_t5", auto_map={"AutoConfig": "configuration_evil.EvilConfig",
                                                         "AutoModelForSeq2SeqLM": "modeling_evil.EvilModel"})
-    p = subprocess.run([*LENGTHX, "run", *_overrides(model, tmp_path / "res")], input="y\ny\n", capture_output=True,
-                       text=True, env=_env(), timeout=300)
+    p = as_a_process(["lengthx", "run", *_overrides(model, tmp_path / "res")], input="y\ny\n")
     assert not marker.exists(), "the model directory's code ran"
     user_error(p.returncode, p.stderr, "auto_map", "modeling_evil.py", "model.trust_remote_code=true")
     assert " ok " not in p.stdout
@@ -417,7 +416,8 @@ def test_no_loader_unpickles_or_trusts_remote_code():
 
 
 @pytest.mark.slow
-def test_a_pickle_planted_as_train_mini_t5_state_never_runs(tmp_path):
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")  # the planted pickle, read weights-only
+def test_a_pickle_planted_as_train_mini_t5_state_never_runs(tmp_path, as_a_process):
     """docs/gpu.md tells users to run scripts/train_mini_t5.py, which resumes from <out>/state.pt: a planted
     pickle there is refused by the weights-only loader instead of run."""
     out = tmp_path / "run"
@@ -426,8 +426,7 @@ def test_a_pickle_planted_as_train_mini_t5_state_never_runs(tmp_path):
     (out / "state.pt").write_bytes(pickle.dumps({"model": _Payload(marker)}))
     tiny = ["--device", "cpu", "--d-model", "32", "--d-kv", "8", "--d-ff", "64", "--heads", "4", "--enc-layers", "1",
             "--dec-layers", "1", "--batch-size", "8", "--max-minutes", "0"]
-    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "train_mini_t5.py"), "--out", str(out), *tiny],
-                       capture_output=True, text=True, env=_env(), timeout=300)
+    p = as_a_process([ROOT / "scripts" / "train_mini_t5.py", "--out", out, *tiny])
     assert p.returncode != 0 and not marker.exists(), p.stderr[-2000:]
     assert "weights_only" in p.stderr or "Weights only" in p.stderr
 
@@ -472,15 +471,15 @@ def _limit_file_size(limit: int):
     return apply
 
 
-def test_a_table_write_cut_short_keeps_the_previous_table(tiny_model_dir, tmp_path):
+def test_a_table_write_cut_short_keeps_the_previous_table(tiny_model_dir, tmp_path, as_a_process):
     res = tmp_path / "res"
     _runner(tiny_model_dir, res, settings="[320,400]").run()
-    args = [*LENGTHX, "tables", "--results-dir", str(res), "--format", "markdown"]
-    assert subprocess.run(args, capture_output=True, text=True, env=_env(), timeout=120).returncode == 0
+    tables = ["tables", "--results-dir", str(res), "--format", "markdown"]
+    assert as_a_process(["lengthx", *tables]).returncode == 0
     table = res / "tables" / "aa_table4.md"
     before = table.read_bytes()
     assert len(before) > 600
-    p = subprocess.run(args, capture_output=True, text=True, env=_env(), timeout=120,
+    p = subprocess.run([*LENGTHX, *tables], capture_output=True, text=True, env=_env(), timeout=120,  # its file limit
                        preexec_fn=_limit_file_size(len(before) // 2))
     user_error(p.returncode, p.stderr, "could not write", "ulimit")
     assert table.read_bytes() == before and not list((res / "tables").glob(".*tmp*"))

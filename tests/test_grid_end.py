@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_runner import run_command
 
 from lengthx.alignment.algorithm1 import TEMPERATURE_GRID, align_temperature, temperature_grid
 from lengthx.core.runner import short_of_target
@@ -91,7 +90,7 @@ def test_a_plain_table_has_no_mark_or_note(tmp_path):
 
 @pytest.mark.slow
 def test_runs_below_the_paper_floor_are_their_own_method_and_their_rows_say_where_they_stopped(tiny_model_dir,
-                                                                                              tmp_path):
+                                                                                              tmp_path, as_a_process):
     """A floor other than the paper's is another method (its own cells and calibration cache), and every Algorithm
     1 row carries the flag exactly when its cache entry is a grid end short of the target: here the paper's grid
     aligns (τ inside it) and a grid that stops at 0.9 does not."""
@@ -99,7 +98,7 @@ def test_runs_below_the_paper_floor_are_their_own_method_and_their_rows_say_wher
     common = [f"model.path={tiny_model_dir}", "model.l_tr=300", "task.num_examples=2", "task.settings=[1200]",
               f"results_dir={res}", "calibration.num_examples=1", "calibration.row_stride=1"]
     for extra in ([], ["method.tau_min=0.9", "method.search=bisect"]):
-        p = run_command(["run", "task=passkey", "method=pmax", *common, *extra])
+        p = as_a_process(["lengthx", "run", "task=passkey", "method=pmax", *common, *extra])
         assert p.returncode == 0, p.stderr[-2000:]
     df = ResultsStore(res).read()
     assert set(df["method"]) == {"pmax", "pmax-bisect-min0.9"} and (df["status"] == "ok").all()

@@ -72,12 +72,12 @@ def _cli(args: list[str], **extra_env: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("family", ["t5", "llama"])
-def test_an_own_checkpoint_runs_end_to_end_under_its_own_name(own_models, family, tmp_path, capsys):
+def test_an_own_checkpoint_runs_end_to_end_under_its_own_name(own_models, family, tmp_path, as_a_process):
     path, res = own_models[family], tmp_path / "res"
     name = Path(path).name  # tiny-t5, tiny-llama
-    p = _cli(["run", "model=hf", f"model.path={path}", "model.l_tr=128", "task=passkey", "method=pmax",
-              "task.unit=tokens", "task.settings=[128,256]", "task.num_examples=2", "calibration.num_examples=1",
-              f"results_dir={res}"])
+    p = as_a_process(["lengthx", "run", "model=hf", f"model.path={path}", "model.l_tr=128", "task=passkey",
+                      "method=pmax", "task.unit=tokens", "task.settings=[128,256]", "task.num_examples=2",
+                      "calibration.num_examples=1", f"results_dir={res}"])
     assert p.returncode == 0, p.stderr[-3000:]
     df = ResultsStore(res).read()
     assert set(df["model"]) == {name} and (df["status"] == "ok").all()
@@ -91,13 +91,16 @@ def test_an_own_checkpoint_runs_end_to_end_under_its_own_name(own_models, family
     closest = min(info["evaluated"], key=lambda t: abs(info["evaluated"][t] - info["target"]))
     assert tau == pytest.approx(float(closest)) == pytest.approx(info["tau"])
     assert len(info["evaluated"]) == len(TEMPERATURE_GRID) and tau in TEMPERATURE_GRID
-    main(["tables", "--summary", "--results-dir", str(res)])
-    assert re.search(rf"^\| {name} \| passkey \| 256tokens \| accuracy \| .*τ=", capsys.readouterr().out, re.M)
+    p = as_a_process(["lengthx", "tables", "--summary", "--results-dir", res])
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert re.search(rf"^\| {name} \| passkey \| 256tokens \| accuracy \| .*τ=", p.stdout, re.M)
     if family == "t5":  # paper A's figures of its attention (lengthx stats) carry the name too
-        p = _cli(["stats", "model=hf", f"model.path={path}", "model.l_tr=128", "task=passkey", "task.unit=tokens",
-                  "task.settings=[256]", "calibration.num_examples=1", f"results_dir={res}"])
+        p = as_a_process(["lengthx", "stats", "model=hf", f"model.path={path}", "model.l_tr=128", "task=passkey",
+                          "task.unit=tokens", "task.settings=[256]", "calibration.num_examples=1",
+                          f"results_dir={res}"])
         assert p.returncode == 0, p.stderr[-3000:]
-        main(["figures", "--results-dir", str(res)])
+        p = as_a_process(["lengthx", "figures", "--results-dir", res])
+        assert p.returncode == 0, p.stderr[-3000:]
         drawn = {f.name for f in (res / "figures").glob("*.png")}
         assert {f"fig1_bias_{name}.png", f"fig2_qq_{name}_passkey.png", f"fig7_temperature_{name}_passkey.png"} \
             <= drawn, drawn

@@ -6,9 +6,6 @@ from __future__ import annotations
 import csv
 import gzip
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -20,13 +17,13 @@ from lengthx.models.minis import compose_run
 from lengthx.report.tables.paper_a import TABLE4, TABLE5
 
 ROOT = Path(__file__).resolve().parents[1]
-LENGTHX = [sys.executable, "-m", "lengthx.cli"]
 
 
-def _lengthx(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(ROOT)}
-    return subprocess.run(LENGTHX + args, capture_output=True, text=True, env=env, timeout=600, cwd=cwd)
+@pytest.fixture
+def run_lengthx(as_a_process):
+    """``lengthx <args>`` run in directory ``cwd`` as its own process would run it, in this one (conftest
+    ``as_a_process``): these tests check its exit status, its lines and the files it writes."""
+    return lambda args, cwd: as_a_process(["lengthx", *args], cwd=cwd)
 
 
 def _conversations(path: Path, n: int = 6) -> Path:
@@ -58,12 +55,12 @@ def _nq_open(folder: Path, n_docs: int = 10, gold_at: int = 0, records: int = 3)
 # ---- validation: no silent stand-in in the paper profile ----------------------------------------------------
 
 
-def test_paper_topics_and_mdqa_without_data_stop_before_any_model_loads(tmp_path):
+def test_paper_topics_and_mdqa_without_data_stop_before_any_model_loads(tmp_path, run_lengthx):
     for task, missing, source in (("topics", "conversations.jsonl", "github.com/DachengLi1/LongChat"),
                                   ("mdqa", "nq-open-10_total_documents_gold_at_0.jsonl.gz",
                                    "github.com/nelson-liu/lost-in-the-middle")):
         res = tmp_path / f"res-{task}"
-        p = _lengthx(["run", "profile=paper", "model=flan-t5-xl", f"task={task}", f"results_dir={res}"], tmp_path)
+        p = run_lengthx(["run", "profile=paper", "model=flan-t5-xl", f"task={task}", f"results_dir={res}"], tmp_path)
         assert p.returncode == 2, p.stderr[-2000:]
         line = p.stderr.strip()
         assert len(line.splitlines()) == 1 and "Traceback" not in line
@@ -92,7 +89,7 @@ def test_paper_data_problems_name_the_key_and_the_file(tmp_path):
 
 
 @pytest.mark.slow
-def test_paper_topics_and_mdqa_run_on_files_in_the_upstream_format(tiny_model_dir, tmp_path):
+def test_paper_topics_and_mdqa_run_on_files_in_the_upstream_format(tiny_model_dir, tmp_path, run_lengthx):
     """With real-format files the paper profile passes validation and runs (a tiny T5 built from a config);
     each row names the file it read, by name and hash."""
     convs = _conversations(tmp_path / "conversations.jsonl")
@@ -102,7 +99,7 @@ def test_paper_topics_and_mdqa_run_on_files_in_the_upstream_format(tiny_model_di
     runs = (["task=topics", f"task.conversations_path={convs}", "task.only=['5']"],
             ["task=mdqa", f"task.data_dir={tmp_path / 'qa_data'}", "task.only=[10docs@4]"])
     for extra in runs:
-        p = _lengthx(["run", *common, *extra], tmp_path)
+        p = run_lengthx(["run", *common, *extra], tmp_path)
         assert p.returncode == 0, p.stderr[-3000:]
     df = ResultsStore(tmp_path / "res").read()
     assert (df["status"] == "ok").all()
@@ -196,18 +193,18 @@ def test_numeric_setting_labels_pass_validation(tmp_path):
     assert [s.label for s in resolve_settings(cfg.task, "mini", int(cfg.model.l_tr))] == ["5", "25"]
 
 
-def test_dry_run_names_the_data_each_job_needs_and_whether_it_is_there(tmp_path):
+def test_dry_run_names_the_data_each_job_needs_and_whether_it_is_there(tmp_path, run_lengthx):
     """A paper-profile dry run lists its cells and says, per job, which data the run reads and whether it is there."""
     base = ["run", "profile=paper", "model=flan-t5-xl", f"results_dir={tmp_path / 'r'}", "--dry-run"]
-    p = _lengthx([*base, "task=topics"], tmp_path)
+    p = run_lengthx([*base, "task=topics"], tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
     (line,) = [ln for ln in p.stdout.splitlines() if ln.startswith("data:")]
     assert line.startswith("data: MISSING") and "conversations.jsonl" in line and "Fix:" in line
     assert "cell flan-t5-xl|none|topics|5" in p.stdout
     convs = _conversations(tmp_path / "conversations.jsonl")
-    p = _lengthx([*base, "task=topics", f"task.conversations_path={convs}"], tmp_path)
+    p = run_lengthx([*base, "task=topics", f"task.conversations_path={convs}"], tmp_path)
     (line,) = [ln for ln in p.stdout.splitlines() if ln.startswith("data:")]
     assert line.startswith("data: conversations.jsonl@") and line.endswith("(there)")
-    p = _lengthx([*base, "task=lines"], tmp_path)
+    p = run_lengthx([*base, "task=lines"], tmp_path)
     assert "data: synthetic (drawn as the benchmark draws it)" in p.stdout
     assert not (tmp_path / "r").exists()

@@ -19,9 +19,11 @@ from lengthx.core.store import ResultsStore
 LENGTHX = [sys.executable, "-m", "lengthx.cli"]
 
 
-def run_command(args: list[str], **kw) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    return subprocess.run(LENGTHX + args, capture_output=True, text=True, env=env, timeout=300, **kw)
+@pytest.fixture
+def run_command(as_a_process):
+    """``lengthx <args>`` run as its own process would run it, in this one (conftest ``as_a_process``): these tests
+    check its exit status, output and files, not the process boundary (a kill -9 below is a real process's)."""
+    return lambda args: as_a_process(["lengthx", *args])
 
 
 def _common(model_dir: str, results: Path, n: int = 4) -> list[str]:
@@ -35,7 +37,7 @@ def _rows(results: Path) -> pd.DataFrame:
 
 
 @pytest.mark.slow
-def test_run_writes_rows_and_tables(tiny_model_dir, tmp_path):
+def test_run_writes_rows_and_tables(tiny_model_dir, tmp_path, run_command):
     # L_tr = 30 scales the paper's passkey lengths (5405…14865 tokens at L_tr 512) to 317…871 tokens
     res = tmp_path / "res"
     common = [f"model.path={tiny_model_dir}", "model.l_tr=30", "task.num_examples=2", f"results_dir={res}"]
@@ -69,7 +71,7 @@ def test_run_writes_rows_and_tables(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_after_kill_matches_uninterrupted(tiny_model_dir, tmp_path):
+def test_resume_after_kill_matches_uninterrupted(tiny_model_dir, tmp_path, run_command):
     args = ["run", "task=passkey", "method=none"]
     clean = tmp_path / "clean"
     assert run_command(args + _common(tiny_model_dir, clean, n=6)).returncode == 0
@@ -100,7 +102,7 @@ def test_resume_after_kill_matches_uninterrupted(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_retrained_weights_at_the_same_path_are_not_counted_as_done(tiny_model_dir, tmp_path):
+def test_retrained_weights_at_the_same_path_are_not_counted_as_done(tiny_model_dir, tmp_path, run_command):
     """A finished cell belongs to the weights it scored: new weights at the same path run it again."""
     import shutil
 
@@ -123,7 +125,7 @@ def test_retrained_weights_at_the_same_path_are_not_counted_as_done(tiny_model_d
 
 
 @pytest.mark.slow
-def test_unknown_names_fail_with_the_valid_list():
+def test_unknown_names_fail_with_the_valid_list(run_command):
     for arg, group in (("task=pasky", "task"), ("model=nope", "model")):
         p = run_command(["run", arg])
         assert p.returncode != 0
@@ -132,7 +134,7 @@ def test_unknown_names_fail_with_the_valid_list():
         assert "Traceback" not in p.stderr + p.stdout
 
 
-def test_absent_model_names_hub_id_and_path(tmp_path):
+def test_absent_model_names_hub_id_and_path(tmp_path, run_command):
     # the paper profile (the mini profile runs flan-t5-large as its shipped stand-in, mini-t5)
     p = run_command(["run", "model=flan-t5-large", "profile=paper", f"results_dir={tmp_path}"])
     assert p.returncode == 2
@@ -140,7 +142,7 @@ def test_absent_model_names_hub_id_and_path(tmp_path):
     assert "Traceback" not in p.stderr
 
 
-def test_failing_cell_becomes_status_row_and_sweep_continues(tiny_model_dir, tmp_path):
+def test_failing_cell_becomes_status_row_and_sweep_continues(tiny_model_dir, tmp_path, run_command):
     # 40 tokens cannot hold the passkey prompt: that cell errors, the 320-token cell still runs
     args = ["run", "task=passkey", "method=none", f"model.path={tiny_model_dir}", "model.l_tr=300",
             "task.num_examples=2", "task.settings=[40,320]", f"results_dir={tmp_path}"]

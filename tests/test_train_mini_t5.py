@@ -20,13 +20,29 @@ TINY = ["--device", "cpu", "--d-model", "32", "--d-kv", "8", "--d-ff", "64", "--
         "--dec-layers", "1", "--batch-size", "8", "--log-every", "4", "--eval-every", "8", "--eval-n", "2",
         "--final-n", "2", "--final-lengths", "256", "--max-minutes", "0"]
 
+pytestmark = pytest.mark.usefixtures("one_thread")
 
-def _run(out: Path, *extra: str) -> subprocess.CompletedProcess:
+
+def _run_apart(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    """The script in a process of its own (a fresh interpreter: its own hash seed, nothing imported before)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     p = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), *TINY, *extra], capture_output=True,
                        text=True, env=env, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     return p
+
+
+@pytest.fixture
+def _run(as_a_process):
+    """``python scripts/train_mini_t5.py --out OUT <TINY> <extra>`` (the script itself, as its own process would
+    run it, in this one: conftest ``as_a_process``; one thread, as ``OMP_NUM_THREADS=1`` gives a process); it must
+    exit 0. A resume reads back only what the previous run left in OUT."""
+    def run(out: Path, *extra: str):
+        p = as_a_process([SCRIPT, "--out", out, *TINY, *extra])
+        assert p.returncode == 0, p.stderr[-3000:]
+        return p
+
+    return run
 
 
 def test_a_stage_passes_only_with_a_full_window_at_the_gate():
@@ -52,7 +68,7 @@ def test_a_stage_passes_only_with_a_full_window_at_the_gate():
 
 
 @pytest.mark.slow
-def test_training_resumes_exports_and_writes_its_curve(tmp_path):
+def test_training_resumes_exports_and_writes_its_curve(tmp_path, _run):
     out = tmp_path / "run"
     _run(out, "--max-steps", "8")
     first = json.loads((out / "curve.json").read_text())
@@ -73,7 +89,7 @@ def test_training_resumes_exports_and_writes_its_curve(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_two_line_gate_stops_a_run_that_does_not_pass_it(tmp_path):
+def test_the_two_line_gate_stops_a_run_that_does_not_pass_it(tmp_path, _run):
     out = tmp_path / "run"
     _run(out, "--max-steps", "1000", "--gate-minutes", "0.0001")
     summary = json.loads((out / "export" / "curve.json").read_text())
@@ -81,7 +97,7 @@ def test_the_two_line_gate_stops_a_run_that_does_not_pass_it(tmp_path):
 
 
 @pytest.mark.slow
-def test_without_lines_no_gate_stops_and_snapshots_are_exported_at_steps(tmp_path):
+def test_without_lines_no_gate_stops_and_snapshots_are_exported_at_steps(tmp_path, _run):
     """--w-lines 0: the lines gate never stops the run, the card's bar names only the trained tasks, and
     --export-steps leaves a complete fp16 snapshot (card with held-out EM at L_tr) at each step count, once,
     even across a resume; the state is reloaded without unpickling code (weights_only)."""
@@ -104,14 +120,15 @@ def test_without_lines_no_gate_stops_and_snapshots_are_exported_at_steps(tmp_pat
 
 
 @pytest.mark.slow
-def test_stop_step_retrains_a_snapshot_of_a_longer_run_exactly(tmp_path):
+def test_stop_step_retrains_a_snapshot_of_a_longer_run_exactly(tmp_path, _run):
     """--stop-step N with the longer run's --max-steps (its learning-rate schedule) gives the weights of that
     run's step-N snapshot, bit for bit (what `make mini-t5` relies on); --snapshots-to places snapshots."""
     from safetensors.torch import load_file
 
     common = ["--w-lines", "0", "--max-steps", "12", "--export-steps", "6"]
     _run(tmp_path / "long", *common)
-    _run(tmp_path / "short", *common, "--stop-step", "6", "--snapshots-to", str(tmp_path / "snaps"))
+    # the retraining in a process of its own, as `make mini-t5` runs it: the bits do not depend on the process
+    _run_apart(tmp_path / "short", *common, "--stop-step", "6", "--snapshots-to", str(tmp_path / "snaps"))
     a = load_file(str(tmp_path / "long" / "snapshots" / "step-00006" / "model.safetensors"))
     b = load_file(str(tmp_path / "snaps" / "step-00006" / "model.safetensors"))
     c = load_file(str(tmp_path / "short" / "export" / "model.safetensors"))
