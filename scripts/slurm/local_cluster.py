@@ -153,7 +153,8 @@ def _wait(ok, timeout: float, what: str, root: Path) -> None:
 
 
 def stop(root: Path) -> None:
-    """Stop the daemons ``root/pids.json`` names (SIGTERM, then SIGKILL after 10 s)."""
+    """Stop the daemons ``root/pids.json`` names (SIGTERM, then SIGKILL after 10 s), then any process still running
+    under the cluster (a job step slurmd left behind)."""
     path = Path(root) / "pids.json"
     if not path.is_file():
         return
@@ -169,7 +170,25 @@ def stop(root: Path) -> None:
             time.sleep(0.2)
         if _alive(pid):
             os.killpg(pid, signal.SIGKILL)
+    for pid in _jobs_of(root):  # what slurmd left behind (a job step's slurmstepd, srun, the job): nothing outlives it
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     path.unlink()
+
+
+def _jobs_of(root: Path) -> list[int]:
+    """The processes started under this cluster (their environment names its ``SLURM_CONF``), this one aside."""
+    conf = f"SLURM_CONF={Path(root) / 'slurm.conf'}".encode()
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if conf in environ.read_bytes().split(b"\0") and int(environ.parent.name) != os.getpid():
+                found.append(int(environ.parent.name))
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 def _alive(pid: int) -> bool:
