@@ -61,16 +61,21 @@ class Watched:
         except KeyboardInterrupt:
             self._cancel(jobs)
             raise
-        except UncompletedJobError:
+        except UncompletedJobError as caught:
             try:
                 for job in jobs:  # the other jobs finish what they can before the report
                     job.wait()
             except KeyboardInterrupt:
                 self._cancel(jobs)
                 raise
-            failed = [(i, job, job.exception()) for i, job in enumerate(jobs)]
-            raise JobsFailed(self._failures([(i, job, err) for i, job, err in failed if err is not None],
-                                            job_overrides)) from None
+            failed = []  # the caught error is its job's (submitit waits 15 s for a result before it says so)
+            for i, job in enumerate(jobs):
+                err = caught if str(caught).startswith(f"Job {job.job_id} ") else job.exception()
+                if err is not None:
+                    failed.append((i, job, err))
+            if not failed:  # no job says what failed: submitit's own error, as it is
+                raise
+            raise JobsFailed(self._failures(failed, job_overrides)) from None
         finally:
             submitit.AutoExecutor.map_array = submit
         raised = []  # jobs whose task raised (Hydra keeps the error in the job's return: a failed cell, a time-out)
@@ -89,7 +94,8 @@ class Watched:
         where = str(Path(str(executor.folder)).resolve()).replace("%j", "<job id>")
         results = OmegaConf.select(self.config, "results_dir")  # lengthx run / stats / calibrate
         output = (f"results: {results} (follow with: lengthx tables --summary --results-dir {results})"
-                  if results is not None else f"runs: {OmegaConf.select(self.config, 'train.output_dir')}")
+                  if results is not None else
+                  f"runs: {OmegaConf.select(self.config, 'train.output_dir') or 'the runs place (LENGTHX_RUNS, runs/)'}")
         print(f"submitted {len(jobs)} job(s) to {self._EXECUTOR}: {_ids(jobs)}; their logs: {where}; {output}; "
               f"{_stop_hint(self._EXECUTOR, jobs)}", flush=True)
 
