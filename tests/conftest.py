@@ -241,6 +241,8 @@ def in_process(argv: list[str], cwd: str | Path | None = None, input: str | None
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     root = logging.getLogger()
     root_handlers, root_level, threads = root.handlers[:], root.level, torch.get_num_threads()
+    loggers = {name: (lg.handlers[:], lg.level, lg.propagate, lg.disabled)  # Hydra's job logging reconfigures them
+               for name, lg in logging.root.manager.loggerDict.items() if isinstance(lg, logging.Logger)}
     hydra_before = GlobalHydra.instance().is_initialized()
     os.environ.pop("LENGTHX_DEBUG", None)
     os.environ.update({"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **env})
@@ -273,6 +275,15 @@ def in_process(argv: list[str], cwd: str | Path | None = None, input: str | None
                 handler.close()
         root.handlers = root_handlers
         root.setLevel(root_level)
+        for name, lg in list(logging.root.manager.loggerDict.items()):  # a job's file handlers end with the job
+            if not isinstance(lg, logging.Logger):
+                continue
+            kept, level, propagate, disabled = loggers.get(name, ([], logging.NOTSET, True, False))
+            for handler in lg.handlers:
+                if handler not in kept:
+                    handler.close()
+            lg.handlers, lg.propagate, lg.disabled = kept, propagate, disabled
+            lg.setLevel(level)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
         torch.set_num_threads(threads)

@@ -89,3 +89,16 @@ def test_valid_overrides_pass_the_early_check(capsys):
     main(["run", "task=passkey", "method=fixed", "method.tau=0.7", "task.num_examples=2", "task.only=[20k]",
           "batch_size=2", "++task.seed=3", "--dry-run"])
     assert "cell mini-t5|fixed-0.7|passkey|20k" in capsys.readouterr().out
+
+
+def test_a_dry_run_leaves_no_log_file_handler_behind(capsys):
+    """A dry run's Hydra job logs into a temporary folder that is removed afterwards; in a process that goes on (the
+    Python API, a test) its file handler must go with it, or a later message is written to a removed file."""
+    import logging
+
+    main(["run", "task=passkey", "method=none", "task.num_examples=2", "task.only=[20k]", "--dry-run"])
+    loggers = [logging.getLogger(), *(lg for lg in logging.root.manager.loggerDict.values()
+                                      if isinstance(lg, logging.Logger))]
+    left = [h.baseFilename for lg in loggers for h in lg.handlers
+            if isinstance(h, logging.FileHandler) and "lengthx-dry-run-" in h.baseFilename]
+    assert "cell mini-t5|none|passkey|20k" in capsys.readouterr().out and left == []

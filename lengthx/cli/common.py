@@ -264,8 +264,23 @@ def hydra_command(task_fn: Callable[[DictConfig], None], argv: list[str], prog: 
         hydra_entry(dry_run_fn, [*argv, f"hydra.run.dir={tmp}/run", f"hydra.sweep.dir={tmp}/sweep",
                                   "hydra.output_subdir=null"], prog, environment=False)
     finally:
+        close_log_files_under(tmp)  # Hydra's job log there: a later message must not reach a removed file
         shutil.rmtree(tmp, ignore_errors=True)
     print_plan(DRY_RUN_CELLS, argv)
+
+
+def close_log_files_under(folder: str) -> None:
+    """Detach and close every logging file handler writing under ``folder`` (Hydra's job logging adds one per job;
+    in a process that goes on, as the Python API or a test, it would outlive the folder)."""
+    import logging
+
+    loggers = [logging.getLogger(), *(lg for lg in logging.root.manager.loggerDict.values()
+                                      if isinstance(lg, logging.Logger))]
+    for lg in loggers:
+        for handler in lg.handlers[:]:
+            if isinstance(handler, logging.FileHandler) and handler.baseFilename.startswith(str(folder)):
+                lg.removeHandler(handler)
+                handler.close()
 
 
 def dry_run_job(cfg: DictConfig, stats: bool = False) -> None:
