@@ -15,6 +15,18 @@ from typing import Any
 import pandas as pd
 
 
+def finite_number(value: object) -> float | None:
+    """A finite number of a results row's field (text or a number in the store), or None (empty, NaN, inf, not a
+    number, pandas' NA): ``pd.to_numeric`` of one value, without its cost at a lab's ~10^5 cells."""
+    if value is None or value is pd.NA:
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if number == number and abs(number) != float("inf") else None
+
+
 def rows(df: pd.DataFrame, columns: Sequence[str] | None = None) -> list[Any]:
     """The rows of ``df`` (its ``columns``, default all) as named tuples, like ``df.itertuples(index=False)``."""
     names = list(df.columns if columns is None else columns)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from lengthx.core.frames import rows
+from lengthx.core.frames import finite_number, rows
 from lengthx.core.store import UNALIGNED_MARK, ResultsStore
 from lengthx.report.tables.intervals import table_intervals
 from lengthx.report.tables.render import latest_ok, unaligned
@@ -59,7 +59,7 @@ def readings(store: ResultsStore, df: pd.DataFrame, baseline: str = "none") -> l
             continue
         b = base_rows[0]
         score = base.kind == "score"
-        l_tr = _number(b.L_tr)
+        l_tr = finite_number(b.L_tr)
         ratio = f"{ratio_text(float(b.L_ex) / l_tr)}× L_tr, " if l_tr else ""
         held = _held(store, str(b.cell))
         text = (f"{model} {task} {setting} ({ratio}{held + ', ' if held else ''}n = {base.n}): τ = 1 "
@@ -70,7 +70,7 @@ def readings(store: ResultsStore, df: pd.DataFrame, baseline: str = "none") -> l
             text += f" ({_value(*at_l_tr[1:4], score)} at L_tr{', ' + held_there if held_there else ''})"
         for r in others:
             c = intervals[(model, r.method, task, str(setting), metric)]
-            tau = _number(r.tau)
+            tau = finite_number(r.tau)
             tau_text = f" (τ = {tau:.2f}{UNALIGNED_MARK}, the grid's end, short of S̄_tr(1))" if tau is not None \
                 and unaligned(r) else (f" (τ = {tau:.2f})" if tau is not None else "")
             text += (f", {r.method} {_value(float(r.value), c.low, c.high, score)}{tau_text}, "
@@ -78,15 +78,6 @@ def readings(store: ResultsStore, df: pd.DataFrame, baseline: str = "none") -> l
                         f"Δ {c.delta:+.3g} [{c.delta_low:+.3g}, {c.delta_high:+.3g}]"))
         lines.append(text)
     return lines
-
-
-def _number(value: object) -> float | None:
-    """A finite number of a results row's field (text in the store), or None (empty, NaN, not a number)."""
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    return number if number == number and abs(number) != float("inf") else None
 
 
 def ratio_text(ratio: float) -> str:
@@ -134,7 +125,7 @@ def _at_training_length(rows: list, intervals: dict, l_tr: float | None, baselin
     if l_tr is None:
         return None
     for r in rows:
-        if _number(r.L_req) == l_tr and _count(r.setting) == count:
+        if finite_number(r.L_req) == l_tr and _count(r.setting) == count:
             c = intervals.get((r.model, baseline, r.task, str(r.setting), r.metric))
             if c is not None:
                 return str(r.setting), float(r.value), c.low, c.high, str(r.cell)

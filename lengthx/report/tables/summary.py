@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from lengthx.core.frames import rows
+from lengthx.core.frames import finite_number, rows
 from lengthx.core.store import UNALIGNED_MARK
 from lengthx.report.tables.marks import STALE_MARK, STALE_NOTE
 from lengthx.report.tables.render import UNALIGNED_NOTE, latest_ok, unaligned
@@ -26,19 +26,14 @@ def _entry(row: tuple, current: str | None, stale: set[str] | frozenset[str] = f
     tau, value = getattr(row, "tau", None), row.value
     shown = short_number(value) if isinstance(value, float) else str(value)
     mark_tau = UNALIGNED_MARK if unaligned(row) else ""
-    tau_text = f"τ={float(tau):.2f}{mark_tau}, " if _present(tau) and str(tau) != "" and float(tau) != 1.0 else ""
+    tau_text = f"τ={float(tau):.2f}{mark_tau}, " if finite_number(tau) is not None and float(tau) != 1.0 else ""
     n = getattr(row, "n", None)
-    n_text = f"n={int(n)}" if _present(n) else "n=?"
+    n_text = f"n={int(n)}" if finite_number(n) is not None else "n=?"
     if other is None:
         other = other_code(getattr(row, "git_commit", None), current)
     mark = OTHER_CODE if other else ""
     mark += STALE_MARK if getattr(row, "cell", None) in stale else ""
     return f"{shown} ({tau_text}{n_text}){mark}"
-
-
-def _present(value: object) -> bool:
-    """Not None and not NaN (``pd.notna`` of one value, without its cost at a lab's ~10^5 cells)."""
-    return value is not None and value is not pd.NA and value == value
 
 
 def short_number(v: float) -> str:
