@@ -265,7 +265,7 @@ LOOKUP_RECIPE := --device cpu --d-model 128 --d-kv 32 --heads 4 --d-ff 512 --enc
 	--topics-format short --card-counts 1,2,3,4,5 --lines-records lookup --lines-multi 0.5 --lines-format short \
 	--card-lines 2,6,10,11,12 --gate 0.9 --gate-window 1000 --gate-minutes 0 --warmup 100 --max-minutes 0 \
 	--max-steps 20000 --export-steps 2000,4000,6000,8000,10000,12000,14000,16000,18000,20000 --log-every 100 \
-	--eval-every 500 --eval-n 16 --final-n 50 --final-lengths 256 --seed 0 --stop-at-gate
+	--eval-every 500 --eval-n 16 --final-n 50 --final-lengths 256 --seed 0 --stop-at-gate --portable-state
 mini-t5-lookup-study: install
 	for v in $(LOOKUP_VARIANTS); do test -f results/mini-t5-lookup/snapshots/$$v/step-20000/README.md && continue; \
 		init=; if [ $$v = warm ]; then init="--init-from lengthx/checkpoints/mini-t5"; fi; \

@@ -84,3 +84,29 @@ def test_time_inside_untimed_is_not_training_time(tmp_path):
 def test_the_minute_box_stops_a_run(tmp_path):
     loop, _ = _run(tmp_path, Box(10**6, max_minutes=1e-9))
     assert loop.step == 1 and loop.progress >= 1
+
+
+def test_a_run_that_lost_its_state_resumes_from_the_portable_point_with_a_fresh_optimizer(tmp_path):
+    first, _ = _run(tmp_path, Box(12, stop_step=5, portable=True))
+    portable = torch.load(tmp_path / "resume.pt", weights_only=True)
+    assert "opt" not in portable and all(v.dtype == torch.float16 for v in portable["model"].values())
+    (tmp_path / "state.pt").unlink()  # a fresh clone: only what was committed is there
+    resumed, recipe = _run(tmp_path, Box(12, portable=True))
+    assert recipe.seen == list(range(5, 12))  # the data stream goes on where it stopped
+    assert resumed.state["optimizer_fresh_at"] == 5 and resumed.step == 12
+    assert [r["step"] for r in resumed.state["curve"]] == list(range(1, 13))
+    without, _ = _run(tmp_path / "plain", Box(12, stop_step=5))
+    assert not (tmp_path / "plain" / "resume.pt").exists()  # only a portable box writes it
+
+
+def test_the_portable_point_saves_tied_weights_once(tmp_path):
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    from lengthx.minis.loop import _atomic_save, _half
+
+    model = T5ForConditionalGeneration(T5Config(vocab_size=4000, d_model=32, d_ff=32, num_layers=1, num_heads=2,
+                                                tie_word_embeddings=True))
+    _atomic_save({"model": _half(model.state_dict())}, tmp_path / "tied.pt")
+    _atomic_save({"model": {k: v.half() for k, v in model.state_dict().items()}}, tmp_path / "apart.pt")
+    embedding = 4000 * 32 * 2  # bytes of one fp16 copy
+    assert (tmp_path / "apart.pt").stat().st_size - (tmp_path / "tied.pt").stat().st_size > 2 * embedding

@@ -2,6 +2,12 @@
 loss and the learning rate; the loop owns the optimizer step, the boxes (steps, minutes, a stop step), the
 exact resume from ``state.pt`` and the time accounting.
 
+A run may also keep a portable resume point, ``resume.pt`` (``Box.portable``): the weights in fp16 and the loop's and
+recipe's state, without the optimizer's moments, small enough to commit beside a study's curve. A run directory
+that has lost its ``state.pt`` (a fresh clone) resumes from it: the optimizer starts afresh at that step
+(``state["optimizer_fresh_at"]``; a recipe may warm its learning rate up again from there), so that resume is
+close to, not bit for bit, the uninterrupted run.
+
 A step is always: set the recipe's learning rate, ``loss = recipe.loss(step)``, zero the gradients, backward,
 clip the gradient norm at 1, ``optimizer.step()``. A recipe draws its batch ``step`` either from a generator
 whose state it saves (:meth:`Recipe.state_parts`) or from a generator seeded by ``(seed, step)``, so a resumed
@@ -33,7 +39,8 @@ class Box:
 
     ``max_steps`` is the schedule's length; ``stop_step`` stops earlier without changing the schedule (it retrains
     a snapshot of a longer run exactly); ``max_minutes`` (0: none) is cumulative over resumes. The state is saved
-    every ``save_every_steps`` steps and/or ``save_every_minutes`` minutes (0: not by that clock), and at the end.
+    every ``save_every_steps`` steps and/or ``save_every_minutes`` minutes (0: not by that clock), and at the end;
+with ``portable``, ``resume.pt`` is written beside it each time.
     """
 
     max_steps: int
@@ -41,6 +48,7 @@ class Box:
     stop_step: int | None = None
     save_every_steps: int = 0
     save_every_minutes: float = 0.0
+    portable: bool = False
 
 
 class Recipe(Protocol):
@@ -78,6 +86,7 @@ class TrainingLoop:
         self.state.setdefault(seconds_key, 0.0)
         self.seconds_key = seconds_key
         self.checkpoint = out / "state.pt"
+        self.portable = out / "resume.pt"
         self._tick = self._last_save = time.time()
 
     # -------------------------------------------------------------------------------------------- state
@@ -97,24 +106,32 @@ class TrainingLoop:
         return max(p, self.minutes / self.box.max_minutes) if self.box.max_minutes > 0 else p
 
     def resume(self) -> bool:
-        """Load ``state.pt`` if the run directory has one (tensors and plain types only: no pickled code)."""
-        if not self.checkpoint.exists():
+        """Load ``state.pt`` if the run directory has one, else ``resume.pt`` (its optimizer starting afresh);
+        tensors and plain types only: no pickled code."""
+        if self.checkpoint.exists():
+            saved = torch.load(self.checkpoint, map_location="cpu", weights_only=True)
+            self.optimizer.load_state_dict(saved["opt"])
+            how = ""
+        elif self.portable.exists():
+            saved = torch.load(self.portable, map_location="cpu", weights_only=True)
+            saved["state"]["optimizer_fresh_at"] = int(saved["state"]["step"])
+            how = " (fp16 weights, the optimizer starting afresh)"
+        else:
             return False
-        saved = torch.load(self.checkpoint, map_location="cpu", weights_only=True)
-        self.model.load_state_dict(saved["model"])
-        self.optimizer.load_state_dict(saved["opt"])
+        self.model.load_state_dict(saved["model"])  # an fp16 entry is copied into the fp32 parameter
         self.recipe.load_state_parts(saved)
         self.state = {"curve": [], "stopped": None, **saved["state"]}
-        log(f"resumed from {self.checkpoint} at step {self.step} ({self.minutes:.1f} min)")
+        log(f"resumed from {self.checkpoint if not how else self.portable} at step {self.step} "
+            f"({self.minutes:.1f} min){how}")
         return True
 
     def save(self) -> None:
-        """``state.pt`` (atomically) and ``curve.json``."""
+        """``state.pt`` (atomically), ``curve.json`` and, with ``Box.portable``, ``resume.pt``."""
         self.out.mkdir(parents=True, exist_ok=True)
-        tmp = self.out / "state.pt.tmp"
-        torch.save({"model": self.model.state_dict(), "opt": self.optimizer.state_dict(), **self.recipe.state_parts(),
-                    "state": self.state}, tmp)
-        os.replace(tmp, self.checkpoint)
+        parts = {**self.recipe.state_parts(), "state": self.state}
+        _atomic_save({"model": self.model.state_dict(), "opt": self.optimizer.state_dict(), **parts}, self.checkpoint)
+        if self.box.portable:
+            _atomic_save({"model": _half(self.model.state_dict()), **parts}, self.portable)
         (self.out / "curve.json").write_text(json.dumps(self.state["curve"], indent=1))
         self._last_save = self._tick = time.time()
 
@@ -154,3 +171,19 @@ class TrainingLoop:
             if every_steps or every_minutes:
                 self.save()
         self.save()
+
+
+def _half(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """fp16 copies of the floating-point entries on the CPU; entries that share storage (tied embeddings) share
+    their copy, so it is saved once."""
+    copies: dict[int, torch.Tensor] = {}
+    for v in weights.values():
+        if v.data_ptr() not in copies:
+            copies[v.data_ptr()] = v.detach().to("cpu", torch.float16 if v.is_floating_point() else v.dtype)
+    return {k: copies[v.data_ptr()] for k, v in weights.items()}
+
+
+def _atomic_save(obj: dict[str, Any], path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)

@@ -88,7 +88,8 @@ def teacher_forced(model: torch.nn.Module, batch: IdBatch) -> tuple[torch.Tensor
 
 
 def lr_at(step: int, progress: float, args: argparse.Namespace) -> float:
-    """Warm-up, flat, then linear decay to zero over the last ``decay_frac`` of the run's progress."""
+    """Warm-up, flat, then linear decay to zero over the last ``decay_frac`` of the run's progress; ``step``
+    counts from the optimizer's start (a resume from ``resume.pt`` warms up again)."""
     warm = min(1.0, (step + 1) / max(1, args.warmup))
     tail = 1.0 if progress < 1 - args.decay_frac else max(0.0, (1 - progress) / args.decay_frac)
     return args.lr * warm * tail
@@ -124,7 +125,7 @@ class RetrievalRecipe:
 
     # ------------------------------------------------------------------------------------- the Recipe
     def lr(self, loop: TrainingLoop) -> float:
-        return lr_at(loop.step, loop.progress, self.args)
+        return lr_at(loop.step - int(loop.state.get("optimizer_fresh_at", 0)), loop.progress, self.args)
 
     def loss(self, step: int) -> torch.Tensor:
         batch, task, n_lines, multi = self.mix.batch(step, self.curriculum.lines_count, self.gen)
@@ -245,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
                          "trained by lengthx.data.tokenizers.train_tokenizer (e.g. lengthx/checkpoints/mini-t5)")
     tok = AutoTokenizer.from_pretrained(str(args.tokenizer), trust_remote_code=False)
     recipe = RetrievalRecipe(args, tok, device, hardware, command)
-    box = Box(args.max_steps, args.max_minutes, args.stop_step, save_every_minutes=args.save_every_minutes)
+    box = Box(args.max_steps, args.max_minutes, args.stop_step, save_every_minutes=args.save_every_minutes,
+              portable=args.portable_state)
     loop = TrainingLoop(args.out, recipe.model, recipe.optimizer, recipe, box,
                         {"step": 0, "train_seconds": 0.0, "examples": 0, "curve": [], "stopped": None},
                         seconds_key="train_seconds")

@@ -57,6 +57,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--final-seed", type=int, default=500_000)
     p.add_argument("--final-lengths", default="256,512,1024", help="token lengths of the final evaluation")
     p.add_argument("--save-every-minutes", type=float, default=3.0)
+    p.add_argument("--portable-state", action="store_true",
+                   help="also keep OUT/resume.pt (fp16 weights, no optimizer moments) at each save: small enough to "
+                        "commit, and resumed from when OUT/state.pt is absent (lengthx.minis.loop)")
     p.add_argument("--stop-step", type=int, default=None,
                    help="stop after this step without changing the schedule (which --max-steps sets): "
                         "retrains one snapshot of a longer run exactly")
