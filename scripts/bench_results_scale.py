@@ -54,12 +54,15 @@ def grown_copy(dest: Path, rows: int, distinct: bool = False) -> Path:
     with open(COMMITTED / "results.csv", newline="", encoding="utf-8") as fh:
         header, *body = list(csv.reader(fh))
     column, model, cell = header.index("config_hash"), header.index("model"), header.index("cell")
+    seen: set[str] = set()
+    older = [row[cell] in seen or seen.add(row[cell]) for row in body]  # an older version of a cell above it
     out, copy = [header], 0
     while len(out) - 1 < rows - len(body):
-        for row in body[: rows - len(body) - (len(out) - 1)]:
+        for i, row in enumerate(body[: rows - len(body) - (len(out) - 1)]):
             new = [*row[:column], f"{copy:06d}{row[column][6:]}", *row[column + 1:]]
-            if distinct:
-                new[model], new[cell] = f"lab{copy:04d}-{row[model]}", f"lab{copy:04d}-{row[cell]}"
+            if distinct:  # two in five older versions become cells of a model of their own
+                name = f"lab{copy:04d}" + (f"v{i}" if older[i] and i % 5 < 2 else "")
+                new[model], new[cell] = f"{name}-{row[model]}", f"{name}-{row[cell]}"
             out.append(new)
         copy += 1
     with open(dest / "results.csv", "w", newline="", encoding="utf-8") as fh:

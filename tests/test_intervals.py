@@ -81,6 +81,23 @@ def test_intervals_come_from_the_rows_own_records_and_render_beside_the_value(tm
     assert "[" not in render(TABLE3, store.read()).markdown  # no store, no intervals
 
 
+def test_a_tables_intervals_are_kept_and_redrawn_when_a_record_changes(tmp_path):
+    store = ResultsStore(tmp_path)
+    _cell(store, "none", "1024", [10.0, 12.0, 30.0, 14.0], "h-none")
+    _cell(store, "pmax", "1024", [9.0, 11.0, 29.0, 13.0], "h-pmax")
+    first = table_intervals(store, latest_ok(store.read()), {"lm"}, {"perplexity"})
+    kept = list((tmp_path / ".cache" / "intervals").glob("*.json"))
+    assert len(kept) == 1  # the next command that shows these cells reads them
+    assert table_intervals(store, latest_ok(store.read()), {"lm"}, {"perplexity"}) == first
+    # a records file rewritten under the same row: a new fingerprint, intervals drawn from the new records
+    path = store.records_path("m|pmax|lm|1024")
+    path.write_text(path.read_text().replace('"perplexity": 9.0', '"perplexity": 1.0'))
+    again = table_intervals(store, latest_ok(store.read()), {"lm"}, {"perplexity"})
+    key = ("m", "pmax", "lm", "1024", "perplexity")
+    assert again[key].delta == pytest.approx(first[key].delta - 2.0)
+    assert len(list((tmp_path / ".cache" / "intervals").glob("*.json"))) == 2
+
+
 def _score_bound(k: int, n: int, z: float, upper: bool) -> float:
     """The Wilson bound found independently: bisection on the score test's boundary."""
     p_hat = k / n

@@ -57,8 +57,9 @@ def shown_cells(df: pd.DataFrame) -> pd.DataFrame:
     the tables show (rows are newest last, docs/results.md)."""
     if df.empty:
         return pd.DataFrame(columns=["cell", "config_hash", "paper", "task", "setting"])
-    ok = df[df["status"] == "ok"]
-    return ok.drop_duplicates("cell", keep="last")[["cell", "config_hash", "paper", "task", "setting"]]
+    columns = ["cell", "config_hash", "paper", "task", "setting"]
+    ok = df[columns][(df["status"] == "ok").to_numpy()]  # the columns first: a lab's store has ~10^5 cells
+    return ok.drop_duplicates("cell", keep="last")
 
 
 def check_currency(root: Path, df: pd.DataFrame, progress: Callable[[str], None] | None = None) -> Currency:

@@ -95,7 +95,7 @@ from lengthx.core.store_sidecar import data_digest, load_copy, save_copy
 __all__ = [
     "BOM", "COLUMNS", "HEADER", "LEGACY_COLUMNS", "NUMERIC_COLUMNS", "SHORT_OF_TARGET", "STATUSES", "STORE_FOLDERS",
     "TEXT_COLUMNS", "UNALIGNED_MARK", "ResultsStore", "StoreError", "append_bytes", "csv_problem", "csv_text",
-    "first_records", "git_commit", "make_dirs", "now", "parse_rows", "read_json", "refuse_link", "row_problem",
+    "file_version", "first_records", "git_commit", "make_dirs", "now", "parse_rows", "read_json", "refuse_link", "row_problem",
     "safe_name", "set_aside_torn_tail", "side_file", "temperature_problem", "versions", "write_atomic", "write_json",
 ]
 

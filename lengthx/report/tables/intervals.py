@@ -18,20 +18,28 @@ between binomial proportions based on paired data", method 10).
 
 Only records written under the row's own ``config_hash`` count, the first ``n`` of them (the row's count), so an
 interval always belongs to the value beside it.
+
+A table's intervals are kept in ``<results>/.cache/intervals/<fingerprint>.json``, named by a fingerprint of everything they are
+drawn from (each cell's row, its records file's version, the baseline and this module's source), so the next
+command that shows the same cells reads them instead of parsing every records file and resampling again; any
+change to a records file, a row or this code is a new fingerprint.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from functools import lru_cache
+from pathlib import Path
 from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
 
 from lengthx.core.frames import rows as frame_rows
-from lengthx.core.store import ResultsStore, first_records
+from lengthx.core.store import ResultsStore, file_version, first_records, read_json, write_json
 
 LEVEL = 0.95
 
@@ -131,11 +139,35 @@ def table_intervals(store: ResultsStore, ok: pd.DataFrame, tasks: set[str], metr
     A cell whose records are missing or fewer than its row's ``n`` gets no interval (never a partial one).
     """
     rows = ok[ok["task"].isin(tasks) & ok["metric"].isin(metrics)]
-    scores: dict[Key, dict[str, float]] = {}
     on_disk = store.records_files()  # one listing: a cell with no records file has no interval, unread
-    for r in frame_rows(rows, ["model", "method", "task", "setting", "metric", "cell", "config_hash", "n"]):
-        if store.records_name(str(r.cell)) not in on_disk:
-            continue
+    listed = [r for r in frame_rows(rows, ["model", "method", "task", "setting", "metric", "cell", "config_hash", "n"])
+              if store.records_name(str(r.cell)) in on_disk]
+    if not listed:
+        return {}
+    sources = [[str(v) for v in r] + [list(file_version(store.records_path(str(r.cell))) or ())] for r in listed]
+    fingerprint = hashlib.sha256(json.dumps([baseline, N_BOOT, LEVEL, _SOURCE, sources]).encode()).hexdigest()
+    folder = store.root / ".cache" / "intervals"
+    kept = read_json(folder / f"{fingerprint[:32]}.json", required=("intervals",))
+    if kept is not None:
+        return {tuple(k): CellInterval(*v) for k, v in kept["intervals"]}  # type: ignore[misc]
+    out = _intervals(store, listed, baseline)
+    if store.root.is_dir():
+        write_json(folder / f"{fingerprint[:32]}.json",
+                   {"intervals": [[list(k), list(astuple(v))] for k, v in out.items()]})
+        by_age = sorted(folder.glob("*.json"), key=lambda f: f.stat().st_mtime_ns)
+        for old in by_age[:-CACHED_TABLES]:  # a bounded folder: the newest tables' intervals
+            old.unlink(missing_ok=True)
+    return out
+
+
+CACHED_TABLES = 64  # fingerprints kept in .cache/intervals/ (every table of both papers, and the summary's)
+_SOURCE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
+
+def _intervals(store: ResultsStore, listed: list, baseline: str) -> dict[Key, CellInterval]:
+    """:func:`table_intervals` computed from the records of ``listed`` (rows whose records file exists)."""
+    scores: dict[Key, dict[str, float]] = {}
+    for r in listed:
         got = cell_scores(store, r, r.metric)
         if got and len(got) == int(r.n):
             scores[(r.model, r.method, r.task, str(r.setting), r.metric)] = got

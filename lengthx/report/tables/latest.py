@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import weakref
 
+import numpy as np
 import pandas as pd
 
 log = logging.getLogger("lengthx")
@@ -42,16 +43,31 @@ _LATEST: dict[int, tuple[weakref.ref, tuple[int, int], pd.DataFrame]] = {}
 
 
 def _latest_ok(df: pd.DataFrame) -> pd.DataFrame:
-    ok = df[df["status"] == "ok"].copy()
-    ok["value"] = pd.to_numeric(ok["value"], errors="coerce")
-    warn_future_rows(ok)
-    if "config_hash" in ok.columns:
-        newest = ok.drop_duplicates(CELL_KEY, keep="last")[[*CELL_KEY, "config_hash"]]
-        ok = ok.merge(newest, on=[*CELL_KEY, "config_hash"], how="inner", sort=False)
-    if "n" in ok.columns:
-        ok = ok.assign(_n=pd.to_numeric(ok["n"], errors="coerce").fillna(-1))
-        ok = ok.sort_values("_n", kind="stable").drop(columns="_n")
-    return ok.drop_duplicates(CELL_KEY, keep="last")
+    """The rows :func:`latest_ok` keeps, in the order of their ``n`` (then of ``df``), found on the key columns
+    alone and taken from ``df`` once: at a lab's ~10^5 cells every filter of the whole frame costs a copy of
+    every column."""
+    ok = np.flatnonzero((df["status"] == "ok").to_numpy(dtype=bool, na_value=False))
+    if "timestamp" in df.columns:
+        warn_future_rows(df[[c for c in ("timestamp", "cell") if c in df.columns]].iloc[ok])
+    key = df[CELL_KEY].iloc[ok].groupby(CELL_KEY, sort=False, dropna=False).ngroup().to_numpy() if len(ok) else ok
+    keep = np.ones(len(ok), dtype=bool)
+    if "config_hash" in df.columns:  # the newest configuration of each cell: the one of its last ok row
+        config = pd.factorize(df["config_hash"].iloc[ok], use_na_sentinel=False)[0]
+        newest = np.empty(key.max() + 1 if len(key) else 0, dtype=config.dtype)
+        newest[key] = config  # fancy assignment: the last row of each key wins
+        keep = config == newest[key]
+    n = (pd.to_numeric(df["n"].iloc[ok], errors="coerce").fillna(-1).to_numpy(dtype=float) if "n" in df.columns
+         else np.zeros(len(ok)))
+    rows, key, n = ok[keep], key[keep], n[keep]
+    # the largest n of each key, the newest of equals: the last of its key in (key, n, position) order
+    by = np.lexsort((rows, n, key))
+    last = np.ones(len(by), dtype=bool)
+    last[:-1] = key[by][1:] != key[by][:-1]
+    chosen = by[last]
+    chosen = chosen[np.lexsort((rows[chosen], n[chosen]))]  # the order of n, then of the file
+    out = df.iloc[rows[chosen]].reset_index(drop=True)
+    out["value"] = pd.to_numeric(out["value"], errors="coerce")
+    return out
 
 
 FUTURE_SLACK_S = 86400  # a row dated more than a day ahead of this machine's clock is "in the future" (time zones)

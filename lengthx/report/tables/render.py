@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
 
 from lengthx.config import CONF_DIR
-from lengthx.core.frames import rows as frame_rows
 from lengthx.core.store import SHORT_OF_TARGET, UNALIGNED_MARK, ResultsStore
 from lengthx.report.tables.intervals import CellInterval, table_intervals
 from lengthx.report.tables.latest import CELL_KEY, latest_ok, warn_future_rows  # noqa: F401 - re-exported
@@ -117,19 +117,29 @@ def _fmt(spec: TableSpec, v: float | None, signed: bool = False) -> str:
 
 def _lookup(table: dict, spec: TableSpec, model: str, method: str, task: str, setting: str, metric: str) -> Any:
     """``table``'s entry for one cell: paper B first under the run trained for the setting (``method@setting``)."""
+    if not spec.method_at_setting:
+        return table.get((model, method, task, setting, metric))
     if spec.method_at_setting and (model, f"{method}@{setting}", task, setting, metric) in table:
         return table[(model, f"{method}@{setting}", task, setting, metric)]
     return table.get((model, method, task, setting, metric))
 
 
-def _value(index: dict, spec: TableSpec, model: str, method: str, col: Column, metric: str) -> float | None:
-    def one(setting: str) -> float | None:
-        return _lookup(index, spec, model, method, col.task, setting, metric)
-
-    if col.average_of:
-        parts = [one(s) for s in col.average_of]
-        return sum(parts) / len(parts) if all(p is not None for p in parts) else None
-    return one(col.setting)
+def _values(index: dict, spec: TableSpec, model: str, method: str, metric: str | None) -> list[float | None]:
+    """The values of one row of ``spec`` (``metric``, else each column's own; an average column: the mean of its
+    settings when all are present)."""
+    if spec.method_at_setting:
+        get = lambda key: _lookup(index, spec, *key)  # noqa: E731
+    else:
+        get = index.get  # one dictionary read per cell: a lab's table has ~10^5 rows
+    out: list[float | None] = []
+    for c in spec.columns:
+        m = metric or c.metric
+        if c.average_of:
+            parts = [get((model, method, c.task, s, m)) for s in c.average_of]
+            out.append(sum(parts) / len(parts) if all(p is not None for p in parts) else None)
+        else:
+            out.append(get((model, method, c.task, c.setting, m)))
+    return out
 
 
 def _interval(intervals: dict, spec: TableSpec, model: str, method: str, col: Column,
@@ -155,20 +165,28 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
         if spec.intervals and store is not None else {}
     paired: list[tuple[str, list[str], bool]] = []
     info = model_info()
-    fields = [*CELL_KEY, "value", *(["message"] if "message" in ok.columns else [])]
-    listed = frame_rows(ok.assign(setting=ok["setting"].astype(str)) if not ok.empty else ok, fields)
-    index = {(r.model, r.method, r.task, r.setting, r.metric): r.value for r in listed}
-    short = {(r.model, r.method, r.task, r.setting, r.metric): True for r in listed
-             if r.metric == "tau" and unaligned(r)}  # τ of Algorithm 1 at its grid's end, short of its target
-    counts = {key: int(n) for key, n in zip(index, ok["n"].tolist() if "n" in ok.columns else [None] * len(ok),
+    keys = list(zip(*(ok[c].astype(str).tolist() if c == "setting" else ok[c].tolist() for c in CELL_KEY),
+                    strict=True)) if not ok.empty else []  # plain tuples: a lab's store has ~10^5 cells
+    index = dict(zip(keys, ok["value"].tolist() if not ok.empty else [], strict=True))
+    grid_end = ((ok["metric"] == "tau") & (ok["message"].astype(str) == SHORT_OF_TARGET)).to_numpy() \
+        if "message" in ok.columns and not ok.empty else []
+    short = {keys[i]: True for i in np.flatnonzero(grid_end)}  # τ of Algorithm 1 at its grid's end, short of target
+    counts = {key: int(n) for key, n in zip(keys, ok["n"].tolist() if "n" in ok.columns else [None] * len(ok),
                                             strict=True) if n is not None and n == n}  # n == n: not NaN
     usual = _usual_count(counts, spec)
     tasks = spec.tasks
     present = {m for (m, _, t, _, _) in index if t in tasks}
     models = [m for m in spec.models if m in present] if spec.models else sorted(present)
     filled = _filled_by_model(spec, index)
-    models = [m for m in models if m in info or _fills_a_column(spec, filled, m)]  # own models where they match
+    shown = _shown_pairs(spec)
+    models = [m for m in models if m in info or not filled.get(m, set()).isdisjoint(shown)]  # own models: where
+    # they fill a column (their task, setting and metric): a model=hf run gets a row only in the tables whose task
+    # and settings it ran (docs/design.md §4)
     metrics = {c.metric for c in spec.columns}
+    short_models = {k[0] for k in short}  # most models have no τ at its grid's end, and no interval
+    interval_models = {k[0] for k in intervals}
+    unusual_models = {k[0] for k, n in counts.items() if n != usual}
+    gap_plan = _gap_plan(spec)
     extra = sorted({me.split("@")[0] for (m, me, t, _, mt) in index
                     if t in tasks and mt in metrics} - set(spec.methods) - {"stats", "none"}) \
         if spec.extra_methods else []
@@ -192,8 +210,8 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
         group_rows: list[tuple[int, list[float | None]]] = []
         values_by_method: dict[str, list[float | None]] = {}
         for method, metric, row in plan:
-            vals = [_value(index, spec, model, method, c, metric or c.metric) for c in spec.columns]
-            missing += _gaps(spec, f"{model} / {markdown_label(row.label) if row else method}", vals)
+            vals = _values(index, spec, model, method, metric)
+            missing += _gaps(gap_plan, f"{model} / {markdown_label(row.label) if row else method}", vals)
             if spec.avg:
                 vals.append(row_average(spec, vals))
             values_by_method[method] = vals
@@ -204,13 +222,14 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
                 label = display if is_model else dict(spec.labels).get(method) or METHOD_LABELS.get(method, f"w/ {method}")
             group_rows.append((len(body), vals))
             cells = _cells(spec, vals, published, role, method, row, compare_paper)
-            marks = [not c.average_of and _lookup(short, spec, model, method, c.task, c.setting, metric or c.metric)
-                     is not None for c in spec.columns]
+            marks = [model in short_models and not c.average_of
+                     and _lookup(short, spec, model, method, c.task, c.setting, metric or c.metric) is not None
+                     for c in spec.columns]
             cells = [f"{cell}{UNALIGNED_MARK}" if cell and mark else cell
                      for cell, mark in zip(cells, [*marks, False][:len(cells)], strict=True)]
-            marked = marked or any(m and cell for m, cell in zip(marks, cells, strict=False))
+            marked = marked or (model in short_models and any(m and cell for m, cell in zip(marks, cells, strict=False)))
             cells = mark_stale(cells, spec, model, method, stale)
-            if intervals:
+            if model in interval_models:
                 found = [_interval(intervals, spec, model, method, c, metric or c.metric) for c in spec.columns]
                 cells = [f"{c} [{_fmt(spec, iv.low)}, {_fmt(spec, iv.high)}]" if iv else c
                          for c, iv in zip(cells, [*found, None][:len(cells)], strict=True)]
@@ -219,7 +238,7 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
                         paired.append((display, [""] * (len(spec.columns) + spec.avg), True))  # the model's group
                     paired.append((label if not is_model else display, _deltas(spec, found) + [""] * spec.avg,
                                    False))
-            if usual is not None:  # a cell of another number of examples than the table's usual one says so
+            if usual is not None and model in unusual_models:  # a cell of another number of examples than the table's usual one says so
                 shown = [None if c.average_of else _lookup(counts, spec, model, method, c.task, c.setting,
                                                             metric or c.metric) for c in spec.columns]
                 cells = [f"{c} (n={k})" if c and k is not None and k != usual else c
@@ -271,18 +290,15 @@ def _filled_by_model(spec: TableSpec, index: dict) -> dict[str, set[tuple[str, s
     return have
 
 
-def _fills_a_column(spec: TableSpec, filled: dict[str, set[tuple[str, str]]], model: str) -> bool:
-    """Whether ``model`` has a value in some column of ``spec`` (its task, setting and metric;
-    :func:`_filled_by_model`): a model run with ``model=hf`` gets a row only in the tables whose task and settings
-    it ran (docs/design.md §4)."""
-    have = filled.get(model, set())
-    return any((c.task, s) in have for c in spec.columns for s in (c.average_of or (c.setting,)))
+def _shown_pairs(spec: TableSpec) -> set[tuple[str, str]]:
+    """The (task, setting) pairs of the cells the table's columns show (both parts of an average)."""
+    return {(c.task, s) for c in spec.columns for s in (c.average_of or (c.setting,))}
 
 
 def _usual_count(counts: dict[tuple[str, str, str, str, str], int], spec: TableSpec) -> int | None:
     """The most common number of examples of the table's cells (None when no row names its count)."""
     metrics = {c.metric for c in spec.columns} | {r.metric for r in spec.rows or () if r.metric}
-    shown = {(c.task, s) for c in spec.columns for s in (c.average_of or (c.setting,))}  # cells the table shows
+    shown = _shown_pairs(spec)
     mine = [n for (_, _, task, setting, metric), n in counts.items() if (task, setting) in shown and metric in metrics]
     return max(sorted(set(mine)), key=mine.count) if mine else None
 
@@ -330,12 +346,22 @@ def _paper_role(spec: TableSpec, model: str, meta: dict[str, Any],
     return role, False
 
 
-def _gaps(spec: TableSpec, where: str, vals: list[float | None]) -> list[str]:
-    """One line per task naming the columns of a row that have no value (averaged columns aside)."""
+def _gap_plan(spec: TableSpec) -> list[tuple[str, list[tuple[int, str]]]]:
+    """(task, [(position, title) of its columns that are not averages]) in the order of the columns."""
+    plan: dict[str, list[tuple[int, str]]] = {}
+    for i, c in enumerate(spec.columns):
+        plan.setdefault(c.task, [])
+        if not c.average_of:
+            plan[c.task].append((i, c.title))
+    return list(plan.items())
+
+
+def _gaps(plan: list[tuple[str, list[tuple[int, str]]]], where: str, vals: list[float | None]) -> list[str]:
+    """One line per task naming the columns of a row that have no value (averaged columns aside; ``plan``:
+    :func:`_gap_plan`)."""
     out = []
-    for task in dict.fromkeys(c.task for c in spec.columns):
-        gaps = [c.title for c, v in zip(spec.columns, vals, strict=True)
-                if v is None and c.task == task and not c.average_of]
+    for task, columns in plan:
+        gaps = [title for i, title in columns if vals[i] is None]
         if gaps:
             out.append(f"{where} / {task}: {', '.join(gaps)}")
     return out

@@ -10,6 +10,7 @@ not be what this code computes (``lengthx run`` recomputes a cell whose task or 
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from lengthx.core.frames import finite_number, rows
@@ -55,24 +56,26 @@ def summary_markdown(df: pd.DataFrame, current: str | None = None,
     """Markdown table of each cell's first metric (its largest finished run), settings in the order they ran;
     ``current``: the checkout's commit, to mark entries computed by another version of the code; ``stale``: the
     cells :mod:`lengthx.core.currency` found stale, marked :data:`STALE_MARK`."""
-    ok = latest_ok(df[df["method"] != "stats"])  # lengthx stats rows are no method
+    fields = ("model", "task", "setting", "method", "value", "tau", "n", "git_commit", "cell", "message")
+    ok = latest_ok(df)
+    ok = ok.assign(**{c: None for c in fields if c not in ok.columns})[[*fields, "metric"]]  # the columns shown: a lab's
+    ok = ok[(ok["method"] != "stats").to_numpy()]  # store has ~10^5 cells; lengthx stats rows are no method
     failed = failed_cells(df)
     listed = "\n".join([f"Failed cells ({len(failed)}; their last run ended in error, no value shown):",
                          *(f"- {cell}: {message}" for cell, message in failed)]) if failed else ""
     if ok.empty:
         return "(no finished cell)" + (f"\n\n{listed}" if listed else "")
-    first_metric = df[df["status"] == "ok"].groupby("task", sort=False)["metric"].first()
-    ok = ok[ok["metric"] == ok["task"].map(first_metric)]
+    first_metric = df[["task", "metric"]][(df["status"] == "ok").to_numpy()].groupby(
+        "task", sort=False)["metric"].first()
+    ok = ok[(ok["metric"] == ok["task"].map(first_metric)).to_numpy()]
     order = {cell: k for k, cell in enumerate(dict.fromkeys(df["cell"].unique().tolist()))}
-    ok = ok.assign(_order=ok["cell"].map(order)).sort_values("_order", kind="stable")
+    ok = ok.iloc[np.argsort(ok["cell"].map(order).to_numpy(), kind="stable")]
     ok["tau"] = pd.to_numeric(ok["tau"], errors="coerce")
     methods = list(dict.fromkeys(ok["method"].tolist()))
     lines = ["| model | task | setting | metric | " + " | ".join(methods) + " |",
              "|---|---|---|---|" + "---|" * len(methods)]
     table: dict[tuple[str, str, str], dict[str, str]] = {}  # (model, task, setting) in the order they ran
     short = ""
-    fields = ("model", "task", "setting", "method", "value", "tau", "n", "git_commit", "cell", "message")
-    ok = ok.assign(**{c: None for c in fields if c not in ok.columns})
     other = {c: other_code(c, current) for c in set(ok["git_commit"].tolist())}
     for r in rows(ok, fields):  # plain Python values: a lab's store has ~10^5 cells
         table.setdefault((r.model, r.task, r.setting), {})[r.method] = _entry(r, current, stale, other[r.git_commit])
@@ -80,7 +83,7 @@ def summary_markdown(df: pd.DataFrame, current: str | None = None,
     for (model, task, setting), by_method in table.items():
         lines.append(f"| {model} | {task} | {setting} | {first_metric[task]} | "
                      + " | ".join(by_method.get(m, "–") for m in methods) + " |")
-    note = code_versions_note(ok, current)
+    note = _other_code_note(ok, current)
     old = STALE_NOTE if stale & set(ok["cell"].tolist()) else ""
     if listed:
         old = listed + (f"\n\n{old}" if old else "")
@@ -92,7 +95,7 @@ def failed_cells(df: pd.DataFrame) -> list[tuple[str, str]]:
     """(cell, message) of each cell whose newest row is an ``error`` or ``oom`` status row."""
     if df.empty or "status" not in df.columns:
         return []
-    last = df.drop_duplicates("cell", keep="last")
+    last = df[[c for c in ("cell", "status", "message") if c in df.columns]].drop_duplicates("cell", keep="last")
     bad = last[last["status"].isin(["error", "oom"])]
     return [(str(r.cell), f"{r.status}: {str(r.message)[:200]}") for r in bad.itertuples()]
 
@@ -101,7 +104,13 @@ def code_versions_note(df: pd.DataFrame, current: str | None) -> str | None:
     """One sentence on the finished rows computed by other versions of the code than ``current``, or None."""
     if df.empty or "git_commit" not in df.columns:
         return None
-    ok = latest_ok(df)
+    return _other_code_note(latest_ok(df), current)
+
+
+def _other_code_note(ok: pd.DataFrame, current: str | None) -> str | None:
+    """:func:`code_versions_note` of rows that are already one per cell (:func:`latest_ok`'s)."""
+    if ok.empty or "git_commit" not in ok.columns:
+        return None
     flags = {c: other_code(c, current) for c in set(ok["git_commit"].tolist())}
     other = ok[ok["git_commit"].map(flags).astype(bool)] if not ok.empty else ok
     if other.empty:
