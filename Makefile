@@ -63,17 +63,17 @@ demo: install
 	$(LX) tables --summary --results-dir $(DEMO_RESULTS)
 
 bench: install
-	$(BIN)/python scripts/bench_cli_startup.py
-	$(BIN)/python scripts/bench_attention.py
-	$(BIN)/python scripts/bench_alignment.py
-	$(BIN)/python scripts/bench_algorithm1.py
-	$(BIN)/python scripts/bench_training_memory.py
-	$(BIN)/python scripts/bench_token_ids.py
-	$(BIN)/python scripts/bench_results_scale.py
+	$(BIN)/python scripts/bench/bench_cli_startup.py
+	$(BIN)/python scripts/bench/bench_attention.py
+	$(BIN)/python scripts/bench/bench_alignment.py
+	$(BIN)/python scripts/bench/bench_algorithm1.py
+	$(BIN)/python scripts/bench/bench_training_memory.py
+	$(BIN)/python scripts/bench/bench_token_ids.py
+	$(BIN)/python scripts/bench/bench_results_scale.py
 
 # Pure-Python packages a bare GPU machine may lack (docs/gpu.md), as wheels in .whl/ (git-ignored): the configs' and
 # tasks' packages, transformers at this venv's version, and datasets with what the machine's image lacks of it
-# (paper B's training in scripts/bench_gpu_cells.py); multiprocess is built per Python version, the machine's 3.12
+# (paper B's training in scripts/bench/gpu/bench_gpu_cells.py); multiprocess is built per Python version, the machine's 3.12
 VERSION = $$($(BIN)/python -c "import importlib.metadata as m; print(m.version('$(1)'))")
 gpu-wheels: install
 	$(BIN)/python -m pip wheel -q --no-deps -w .whl wonderwords==3.0.1 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3 \
@@ -81,10 +81,10 @@ gpu-wheels: install
 	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 		--platform manylinux_2_17_x86_64 --platform any -d .whl multiprocess==$(call VERSION,multiprocess)
 
-# The carry of scripts/gpu_study.sh (docs/gpu.md): SNAPSHOTS="seed0/step-00300 ..." of STUDY_DIR/snapshots, the
+# The carry of scripts/gpu_runs/gpu_study.sh (docs/gpu.md): SNAPSHOTS="seed0/step-00300 ..." of STUDY_DIR/snapshots, the
 # tokenizer most of them share once (a snapshot with another keeps its own); STORES=1 adds their results stores to
 # resume (stores.tar.gz); WORKERS="seed1/step-02400=5 ..." runs that many processes on a snapshot (workers.txt).
-# `python scripts/study_mini_t5_counts.py --pending` prints the line for the first-of-K study's pending cells.
+# `python scripts/studies/study_mini_t5_counts.py --pending` prints the line for the first-of-K study's pending cells.
 STUDY_DIR ?= results/mini-t5-study
 gpu-study-carry:
 	@test -n "$(SNAPSHOTS)" || { echo 'SNAPSHOTS is empty. Fix: make gpu-study-carry SNAPSHOTS="seed0/step-00300 ..."'; exit 2; }
@@ -104,7 +104,7 @@ gpu-study-carry:
 
 # Both papers at the paper models' shapes on one GPU (about 10 minutes): results/bench/gpu.md
 bench-gpu: install
-	$(BIN)/python scripts/bench_gpu.py
+	$(BIN)/python scripts/bench/gpu/bench_gpu.py
 
 tables: install
 	$(LX) tables
@@ -231,7 +231,7 @@ train_seeds = for s in $(4); do test -f $(1)/snapshots/seed$$s/step-$(3)/README.
 study_train = $(call train_seeds,results/mini-t5-study,MINI_T5_RECIPE,02600,$(1))
 mini-t5-study: install
 	$(call study_train,$(STUDY_SEEDS))
-	OMP_NUM_THREADS=1 $(BIN)/python scripts/study_mini_t5.py
+	OMP_NUM_THREADS=1 $(BIN)/python scripts/studies/study_mini_t5.py
 
 # The first-of-K stand-in study (docs/mini-t5-study.md, second study): one CPU-trained T5 per seed in COUNTS_SEEDS on
 # passkey and topics records of 1-6 conversations in the short format (3200 steps on one thread, fp16 snapshots at
@@ -245,14 +245,14 @@ COUNTS_RECIPE := --device cpu --d-model 128 --d-kv 32 --heads 4 --d-ff 512 --enc
 counts_train = $(call train_seeds,results/mini-t5-counts,COUNTS_RECIPE,03200,$(1))
 mini-t5-counts-study: install
 	$(call counts_train,$(COUNTS_SEEDS))
-	OMP_NUM_THREADS=1 $(BIN)/python scripts/study_mini_t5_counts.py
+	OMP_NUM_THREADS=1 $(BIN)/python scripts/studies/study_mini_t5_counts.py
 
 # The shipped Flan-T5 stand-in, lengthx/checkpoints/mini-t5: both seeds of the first-of-K study (trained if their
 # snapshots are not committed), then the snapshot its selection rule picks, copied with its card
 # (docs/mini-t5-study.md). The first study's stand-in stays in results/mini-t5-study/snapshots.
 mini-t5: install
 	$(call counts_train,0 1)
-	$(BIN)/python scripts/study_mini_t5_counts.py --ship lengthx/checkpoints/mini-t5
+	$(BIN)/python scripts/studies/study_mini_t5_counts.py --ship lengthx/checkpoints/mini-t5
 
 # The lookup stand-in study (docs/mini-t5-study.md, third study): variants W (from the shipped mini-t5) and S (from
 # random weights) on lines records in the short format (half multi-query, the key echoed) beside passkey and
@@ -275,7 +275,7 @@ mini-t5-lookup-study: install
 mini-t5-lm-study: install
 	$(BIN)/python scripts/train_mini_t5_lm.py --out runs/mini-t5-lm-h8 --heads 8 --steps 2000 --snapshots 1000 --export runs/mini-t5-lm-h8/export
 	$(BIN)/python scripts/train_mini_t5_lm.py --out runs/mini-t5-lm-enc2 --enc-layers 2 --steps 1500 --snapshots "" --export runs/mini-t5-lm-enc2/export
-	$(BIN)/python scripts/study_mini_t5_lm.py --examples $(STUDY_EXAMPLES) --ratios 1 2 8 29.296875 \
+	$(BIN)/python scripts/studies/study_mini_t5_lm.py --examples $(STUDY_EXAMPLES) --ratios 1 2 8 29.296875 \
 		--variant final=lengthx/checkpoints/mini-t5-lm --variant final-bf16=lengthx/checkpoints/mini-t5-lm:bfloat16 \
 		--variant step-500=runs/mini-t5-lm/step-500 --variant step-1000=runs/mini-t5-lm/step-1000 \
 		--variant step-2000=runs/mini-t5-lm/step-2000 --variant heads-8=runs/mini-t5-lm-h8/export \

@@ -1,4 +1,4 @@
-"""``scripts/bench_gpu.py --smoke`` on the CPU: a table for each of its four items, numbers wherever the CPU can
+"""``scripts/bench/gpu/bench_gpu.py --smoke`` on the CPU: a table for each of its four items, numbers wherever the CPU can
 run a variant, and the correctness item within its tolerance (the GPU run itself needs a GPU)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "bench_gpu.py"
+SCRIPT = ROOT / "scripts" / "bench" / "gpu" / "bench_gpu.py"
 CPU_VARIANTS = ("stock-sdpa", "lengthx-sdpa", "dense+stats", "lengthx+stats", "lengthx+stats[per-head tiles]")
 
 

@@ -1,4 +1,4 @@
-"""scripts/bench_gpu_cells.py (docs/gpu.md, "Every paper model's largest cell"): the cells it picks from the configs,
+"""scripts/bench/gpu/bench_gpu_cells.py (docs/gpu.md, "Every paper model's largest cell"): the cells it picks from the configs,
 the random-weight checkpoints at the real configurations, and ``--smoke`` end to end on the CPU, read back by
 ``lengthx plan --estimate``'s cost reader."""
 
@@ -15,8 +15,8 @@ import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "bench_gpu_cells.py"
-sys.path.insert(0, str(ROOT / "scripts"))
+SCRIPT = ROOT / "scripts" / "bench" / "gpu" / "bench_gpu_cells.py"
+sys.path[:0] = [str(ROOT / "scripts" / "bench" / "gpu"), str(ROOT / "scripts" / "bench")]
 
 import bench_gpu_cells as cells_bench  # noqa: E402
 from bench_gpu_cells_models import ARCH, MINI_OF_FAMILY, build_dir, entry, model_config, size  # noqa: E402
@@ -151,7 +151,7 @@ def test_merge_joins_calls_keeping_each_cells_last_measured_result(tmp_path):
                 "result": {"status": status, **result}}
 
     meta = {"date": "d", "torch": "t", "transformers": "x", "smoke": False, "budget_s": 10.0}
-    base = {"device": "GPU", "measured_by": "scripts/bench_gpu_cells.py", "how": {"encoder": "e"}, "passes": {}}
+    base = {"device": "GPU", "measured_by": "scripts/bench/gpu/bench_gpu_cells.py", "how": {"encoder": "e"}, "passes": {}}
     first = {**base, "meta": meta, "cells": [cell("flan-t5-xxl", "ok", encoder_s=2.0, decoder_step_s=0.0),
                                            cell("flan-t5-xl", "skipped: budget")]}
     second = {**base, "meta": {**meta, "budget_s": 5.0}, "cells": [

@@ -1,4 +1,4 @@
-"""``scripts/bench_gpu_triton.py --smoke``: the GPU session's timing script, run end to end at tiny shapes on the
+"""``scripts/bench/gpu/bench_gpu_triton.py --smoke``: the GPU session's timing script, run end to end at tiny shapes on the
 CPU in triton's interpreter (its numbers there are no speeds; the GPU run needs a GPU)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def test_the_smoke_run_fills_every_section(tmp_path):
     out = tmp_path / "gpu-triton_smoke.md"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
            "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_gpu_triton.py"), "--smoke", "--out",
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench" / "gpu" / "bench_gpu_triton.py"), "--smoke", "--out",
                            str(out)], capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     cells = json.loads(out.with_suffix(".json").read_text())["cells"]

@@ -393,7 +393,7 @@ def _calls(tree: ast.AST, name: str) -> list[ast.Call]:
 def test_no_loader_unpickles_or_trusts_remote_code():
     """Every torch.load in the package and scripts is weights-only, nothing unpickles, and every from_pretrained
     of a model, config or tokenizer states trust_remote_code (the package's loader passes it through)."""
-    files = sorted([*(ROOT / "lengthx").rglob("*.py"), *(ROOT / "scripts").glob("*.py")])
+    files = sorted([*(ROOT / "lengthx").rglob("*.py"), *(ROOT / "scripts").rglob("*.py")])
     problems = []
     for path in files:
         tree = ast.parse(path.read_text(encoding="utf-8"))

@@ -127,7 +127,7 @@ def test_topics_at_l_tr_matches_the_model_card(mini_t5, count):
 
 def test_the_shipped_checkpoint_is_the_snapshot_the_study_rule_picks():
     """Its weights are byte for byte the committed snapshot that the first-of-K study's rule picks
-    (``scripts/study_mini_t5_counts.py``), and its card states the rule and names that snapshot."""
+    (``scripts/studies/study_mini_t5_counts.py``), and its card states the rule and names that snapshot."""
     from test_mini_t5_counts_study import _script
 
     root = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""scripts/study_mini_t5_counts.py: the first-of-K stand-in's selection rule and study.md rendered from the
+"""scripts/studies/study_mini_t5_counts.py: the first-of-K stand-in's selection rule and study.md rendered from the
 committed records (docs/mini-t5-study.md, second study)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ KS = (1, 2, 3, 4, 5)
 
 
 def _script():
-    sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location("study_mini_t5_counts", ROOT / "scripts" / "study_mini_t5_counts.py")
+    sys.path.insert(0, str(ROOT / "scripts" / "studies"))
+    spec = importlib.util.spec_from_file_location("study_mini_t5_counts", ROOT / "scripts" / "studies" / "study_mini_t5_counts.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

@@ -1,4 +1,4 @@
-"""scripts/study_mini_t5.py: the selection rule, and study.md rendered from the committed records
+"""scripts/studies/study_mini_t5.py: the selection rule, and study.md rendered from the committed records
 (docs/mini-t5-study.md)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ STUDY = ROOT / "results" / "mini-t5-study"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("study_mini_t5", ROOT / "scripts" / "study_mini_t5.py")
+    spec = importlib.util.spec_from_file_location("study_mini_t5", ROOT / "scripts" / "studies" / "study_mini_t5.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
@@ -60,7 +60,7 @@ def test_without_a_snapshot_at_the_bar_the_fallback_takes_seed_0s_best_topics_at
 
 def test_study_md_is_rendered_from_the_committed_records():
     if not (STUDY / "study.md").is_file():
-        pytest.fail("results/mini-t5-study/study.md is missing: run scripts/study_mini_t5.py")
+        pytest.fail("results/mini-t5-study/study.md is missing: run scripts/studies/study_mini_t5.py")
     s = _script()
     text, data = s.study(STUDY, list(s.DEFAULT_LENGTHS))
     assert text == (STUDY / "study.md").read_text()

@@ -45,7 +45,7 @@ def test_both_studies_ship_their_pick_through_it(tmp_path, study, results):
     import importlib
     import sys
 
-    sys.path.insert(0, str(ROOT / "scripts"))
+    sys.path.insert(0, str(ROOT / "scripts" / "studies"))
     module = importlib.import_module(study)
     picked = module.ship(ROOT / "results" / results, tmp_path / "mini-t5")
     for name in SHIPPED_FILES:

@@ -1,4 +1,4 @@
-"""``scripts/profile_gpu_flex.py --smoke`` (docs/gpu.md, "Why not FlexAttention"): the profile's rows on the CPU,
+"""``scripts/bench/gpu/profile_gpu_flex.py --smoke`` (docs/gpu.md, "Why not FlexAttention"): the profile's rows on the CPU,
 where FlexAttention is left out unless asked for."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path[:0] = [str(ROOT / "scripts" / "bench" / "gpu"), str(ROOT / "scripts" / "bench")]
 
 import profile_gpu_flex  # noqa: E402
 

@@ -1,5 +1,5 @@
 """The Quickstart (docs/usage.md) fits a coffee break: its commands run slices whose committed timings are about a
-minute each (results/bench/quickstart.md, ``scripts/time_quickstart.py``), the README's "First steps" is a few of
+minute each (results/bench/quickstart.md, ``scripts/bench/time_quickstart.py``), the README's "First steps" is a few of
 them, and a longer run says how long it will take once its first cell is done (the sweep's estimate)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from lengthx.core.sweep import estimate, row_fields, sweep
 from lengthx.tasks import Setting
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "scripts" / "bench"))
 
 from time_quickstart import quickstart_commands  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""lengthx.core.store_merge and scripts/merge_stores.py: a store measured elsewhere (a lent GPU's copy) merged into
+"""lengthx.core.store_merge and scripts/maintenance/merge_stores.py: a store measured elsewhere (a lent GPU's copy) merged into
 the store here without two records of one example under one configuration (docs/gpu.md)."""
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def test_every_store_of_a_tree_lands_in_its_place(tmp_path):
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("merge_stores", ROOT / "scripts" / "merge_stores.py")
+    spec = importlib.util.spec_from_file_location("merge_stores", ROOT / "scripts" / "maintenance" / "merge_stores.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

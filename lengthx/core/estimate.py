@@ -3,11 +3,11 @@ passes it needs (its evaluation, and Algorithm 1's calibration: one reference pa
 example, then one pass per calibration example at each τ the search tries, paper A §4), and the seconds those
 passes take on one named device, from costs measured on that device:
 
-- ``results/bench/gpu-h200.json`` (``scripts/bench_gpu.py``, docs/gpu.md): the paper models' shapes on a GPU, the
+- ``results/bench/gpu-h200.json`` (``scripts/bench/gpu/bench_gpu.py``, docs/gpu.md): the paper models' shapes on a GPU, the
   run that measured all four items (every length of item 1 and Algorithm 1's passes);
-- ``results/bench/gpu-cells.json`` (``scripts/bench_gpu_cells.py``, docs/gpu.md), where it exists: each paper
+- ``results/bench/gpu-cells.json`` (``scripts/bench/gpu/bench_gpu_cells.py``, docs/gpu.md), where it exists: each paper
   model's encoder (prefill) pass, decoder step or pass and statistics pass at its longest paper setting;
-- ``results/bench/estimate_costs.json`` (``scripts/estimate_check.py``): the minis on a CPU, one thread.
+- ``results/bench/estimate_costs.json`` (``scripts/bench/estimate_check.py``): the minis on a CPU, one thread.
 
 A pass is costed at the per-token cost measured at the shortest measured length at or above its own (the cost
 per token grows with the length, so this errs high). A pass whose kind, model shape or length was not measured is
@@ -26,7 +26,7 @@ from lengthx.core.cells import Cell
 
 BENCH = Path(__file__).resolve().parents[2] / "results" / "bench"
 GPU_COSTS, GPU_CELLS, CPU_COSTS = BENCH / "gpu-h200.json", BENCH / "gpu-cells.json", BENCH / "estimate_costs.json"
-# the paper models of the shapes scripts/bench_gpu.py measures (its SHAPES: the T5 v1.1 / Flan-T5 sizes)
+# the paper models of the shapes scripts/bench/gpu/bench_gpu.py measures (its SHAPES: the T5 v1.1 / Flan-T5 sizes)
 PAPER_SHAPES = {"flan-t5-large": "large", "t5-large-lm": "large", "flan-t5-xl": "xl", "t5-xl-lm": "xl",
                 "flan-t5-xxl": "xxl", "t5-xxl-lm": "xxl"}
 # τ values a bisection on an 11-point grid evaluates at most: 4 halvings and the two grid points around the crossing
@@ -87,7 +87,7 @@ def read_costs(path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as err:
         raise ValueError(f"{path}: not a costs file ({err}); it may have been cut short. Fix: restore it from git "
-                         f"(git checkout -- {path}) or measure it again (docs/gpu.md, scripts/estimate_check.py)") from None
+                         f"(git checkout -- {path}) or measure it again (docs/gpu.md, scripts/bench/estimate_check.py)") from None
     missing = [k for k in keys if not isinstance(data, dict) or k not in data]
     if missing:
         raise ValueError(f"{path}: no {', '.join(missing)} in it: not a costs file this lengthx reads. Fix: restore "
@@ -97,7 +97,7 @@ def read_costs(path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
 
 def add_passes(costs: Costs, data: dict[str, Any], name: str) -> None:
     """Add the passes of a costs file (``{"passes": {kind: {shape: {length: seconds}}}, "how": {kind: text}}``,
-    as ``scripts/estimate_check.py`` and ``scripts/bench_gpu_cells.py`` write them) to ``costs``."""
+    as ``scripts/bench/estimate_check.py`` and ``scripts/bench/gpu/bench_gpu_cells.py`` write them) to ``costs``."""
     for kind, shapes in data["passes"].items():
         for shape, table in shapes.items():
             costs.passes.setdefault((kind, shape), {}).update({int(k): float(v) for k, v in table.items()})
@@ -106,9 +106,9 @@ def add_passes(costs: Costs, data: dict[str, Any], name: str) -> None:
 
 
 def cpu_costs(path: Path = CPU_COSTS) -> Costs:
-    """The minis' passes on a CPU, as ``scripts/estimate_check.py`` measured and wrote them."""
+    """The minis' passes on a CPU, as ``scripts/bench/estimate_check.py`` measured and wrote them."""
     if not path.exists():
-        return Costs(f"this CPU ({path} missing: every figure unmeasured; python scripts/estimate_check.py)")
+        return Costs(f"this CPU ({path} missing: every figure unmeasured; python scripts/bench/estimate_check.py)")
     data = read_costs(path, ("device", "passes", "how"))
     costs = Costs(data["device"])
     add_passes(costs, data, path.name)
