@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # pytest exits 5 when it collects no test; that is not a failure of the suite.
-# The architecture contracts first (pyproject [tool.importlinter]: layers, paper A ⟂ paper B, no cycles).
+# The architecture contracts first (pyproject [tool.importlinter]: layers, paper A ⟂ paper B, the store through its face, no cycles).
 test: install
 	$(BIN)/lint-imports
 	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests -m "not slurm" $(PYTEST_PARALLEL); rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi

@@ -14,7 +14,7 @@ import pytest
 from conftest import in_process
 
 from lengthx.core.store import ResultsStore
-from lengthx.core.store_sources import read_sources
+from lengthx.core.store.sources import read_sources
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINTS = ROOT / "lengthx" / "checkpoints"

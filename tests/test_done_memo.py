@@ -1,5 +1,5 @@
 """A run whose every cell is done answers from the cell hashes an earlier run of the same inputs kept
-(lengthx.core.done_memo, docs/results.md): what it prints is the full path's, nothing heavy is loaded, and any
+(lengthx.core.store.done_memo, docs/results.md): what it prints is the full path's, nothing heavy is loaded, and any
 change to what a hash is made of (the config, the checkpoint, the code, the environment) or to the rows sends it
 down the full path."""
 
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from lengthx.core import store_cache
-from lengthx.core.done_memo import MEMO_DIR, finished_cells, memo_key, remember
+from lengthx.core.store import cache as store_cache
 from lengthx.core.store import COLUMNS, ResultsStore
+from lengthx.core.store.done_memo import MEMO_DIR, finished_cells, memo_key, remember
 from lengthx.models.minis import compose_run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -290,7 +290,7 @@ def test_algorithm_1_shows_each_tau_it_tries(caplog):
 
 
 def test_a_mount_name_with_utf8_and_a_space_is_read_whole_and_its_local_locks_refused():
-    from lengthx.core.store_mounts import _unescape, node_local_locks
+    from lengthx.core.store.mounts import _unescape, node_local_locks
 
     assert _unescape(r"/mnt/lab\040däta") == "/mnt/lab däta"
     info = "36 35 0:45 / /mnt/lab\\040däta rw,relatime shared:1 - nfs4 server:/x rw,vers=4.2,local_lock=flock\n"

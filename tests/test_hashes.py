@@ -179,7 +179,7 @@ def test_a_cell_the_current_code_does_not_reproduce_stays_stale(tmp_path, monkey
     for its first example. The hash holds the task's behaviour, so that cell is not done (its next run recomputes
     it) and the currency check names it stale under its stored hash; the other cell is done and current."""
     from lengthx.core.currency import check_currency
-    from lengthx.core.store_sources import record_sources
+    from lengthx.core.store.sources import record_sources
     from lengthx.tasks.lm import LMTask
 
     results = tmp_path / "results"

@@ -1,4 +1,4 @@
-"""lengthx.core.store_merge and scripts/maintenance/merge_stores.py: a store measured elsewhere (a lent GPU's copy) merged into
+"""lengthx.core.store.merge and scripts/maintenance/merge_stores.py: a store measured elsewhere (a lent GPU's copy) merged into
 the store here without two records of one example under one configuration (docs/gpu.md)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import tarfile
 from pathlib import Path
 
 from lengthx.core.store import ResultsStore
-from lengthx.core.store_merge import merge_store, merge_tree
+from lengthx.core.store.merge import merge_store, merge_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 CELL = "m|none|passkey|256tokens"

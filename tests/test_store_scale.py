@@ -1,5 +1,5 @@
 """``results.csv`` read in one pass when every row is sound, and parsed once per file version
-(lengthx.core.store_cache, docs/results.md): the one-pass reading keeps every check of the row-by-row one —
+(lengthx.core.store.cache, docs/results.md): the one-pass reading keeps every check of the row-by-row one —
 rows that look odd but are results stay, a row that is not a result is still named and left out — and a write
 is seen by the next read."""
 

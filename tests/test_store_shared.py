@@ -9,10 +9,10 @@ import socket
 
 import pytest
 
-from lengthx.core import store_mounts
+from lengthx.core.store import mounts as store_mounts
 from lengthx.core.store import ResultsStore, StoreError
-from lengthx.core.store_files import temporary_path
-from lengthx.core.store_mounts import mount_of, node_local_locks
+from lengthx.core.store.files import temporary_path
+from lengthx.core.store.mounts import mount_of, node_local_locks
 
 # /proc/self/mountinfo lines: mount point (5th field), its options, " - ", type, source, superblock options
 MOUNTS = """\

@@ -1,4 +1,4 @@
-"""The parsed copy of ``results.csv`` kept beside it (lengthx.core.store_sidecar, docs/results.md): a new process
+"""The parsed copy of ``results.csv`` kept beside it (lengthx.core.store.sidecar, docs/results.md): a new process
 reads the copy instead of parsing and checking every row again, gets exactly the frame a parse gives, and never
 reads a copy of other bytes: the file stays the truth."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lengthx.core import store as store_module
-from lengthx.core import store_cache
+from lengthx.core.store import results as store_module
+from lengthx.core.store import cache as store_cache
 from lengthx.core.store import COLUMNS, HEADER, ResultsStore
-from lengthx.core.store_sidecar import SIDECAR
+from lengthx.core.store.sidecar import SIDECAR
 
 COMMITTED = Path(__file__).resolve().parents[1] / "results" / "mini" / "results.csv"
 

@@ -107,12 +107,12 @@ HYDRA_LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
 def finished_run(cfg: DictConfig) -> bool:
     """Answer a run whose every cell is already done, as the run would (a skip line per cell, then the summary),
-    from the cell hashes an earlier run of the same inputs kept (:mod:`lengthx.core.done_memo`), without loading
+    from the cell hashes an earlier run of the same inputs kept (:mod:`lengthx.core.store.done_memo`), without loading
     a model, a tokenizer or the task's data; False (nothing printed) when the run must take the full path."""
     import logging
 
     from lengthx.core.cells import experiment_skip_reason
-    from lengthx.core.done_memo import finished_cells
+    from lengthx.core.store import finished_cells
 
     if experiment_skip_reason(cfg):
         return False

@@ -2,7 +2,7 @@
 
 A cell's hash (:func:`lengthx.core.cells.cell_hash`) holds its config, its checkpoint's content and what its task
 does at its setting. For each cell the tables show (the newest configuration of each cell key), the command that
-computed it (:mod:`lengthx.core.store_sources`) is composed again under the current code, mapped onto the current
+computed it (:mod:`lengthx.core.store.sources`) is composed again under the current code, mapped onto the current
 shipped checkpoints, and hashed: the same hash is **current**; another is **stale** (a checkpoint, a prompt, a scorer
 or a default changed since, and a run of that command would compute the cell afresh). A cell whose inputs are not in
 the checkout is **unverifiable**, with why: paper B's cells score trained runs, a cell computed through the Python
@@ -21,8 +21,7 @@ from typing import Any
 import pandas as pd
 
 from lengthx.core.frames import rows
-from lengthx.core.store_files import read_json, write_json
-from lengthx.core.store_sources import read_sources
+from lengthx.core.store import read_json, read_sources, write_json
 
 log = logging.getLogger("lengthx")
 

@@ -33,18 +33,18 @@ from lengthx.attention.scaling import ROW_RULES, RowScale
 from lengthx.attention.temperature import clear_temperature, set_temperature
 from lengthx.config import examples_per_setting
 from lengthx.core.cells import RUNNABLE_METHODS, Cell, cell_hash, method_id, model_identity, task_behaviour
-from lengthx.core.done_memo import remember
 from lengthx.core.length_limits import check_lengths
 from lengthx.core.store import (
     SHORT_OF_TARGET,
     ResultsStore,
     StoreError,
+    check_own_name,
     read_json,
+    remember,
     safe_name,
     temperature_problem,
     write_json,
 )
-from lengthx.core.store_sources import check_own_name
 from lengthx.core.sweep import row_fields, sweep
 from lengthx.models.families import get_family
 from lengthx.models.generation import chat_prompt, check_generates, encode, generate
@@ -195,8 +195,8 @@ class Runner:
     def run(self) -> list[dict[str, Any]]:
         """Run all settings (:func:`lengthx.core.sweep.sweep`) once their lengths are known to fit the model
         (:func:`lengthx.core.length_limits.check_lengths`); returns a summary per cell. The cells' hashes are kept
-        for the next run of the same inputs (:mod:`lengthx.core.done_memo`), and rows written are read back once,
-        so that run finds ``results.csv`` parsed (:mod:`lengthx.core.store_sidecar`)."""
+        for the next run of the same inputs (:mod:`lengthx.core.store.done_memo`), and rows written are read back once,
+        so that run finds ``results.csv`` parsed (:mod:`lengthx.core.store.sidecar`)."""
         check_lengths(self)
         cells = self.cells()
         remember(self.cfg, [(c.key, h) for c, h in cells], self.cell_metrics, self.num_examples(),

@@ -22,8 +22,16 @@ import torch
 from filelock import Timeout
 
 from lengthx.core.cells import Cell
-from lengthx.core.store import ResultsStore, StoreError, git_commit, now, row_problem, versions
-from lengthx.core.store_sources import job_overrides, record_sources
+from lengthx.core.store import (
+    ResultsStore,
+    StoreError,
+    git_commit,
+    job_overrides,
+    now,
+    record_sources,
+    row_problem,
+    versions,
+)
 from lengthx.errors import stopped_by_the_scheduler
 from lengthx.models.loading import ModelNotAvailable
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Merge the results stores a lent GPU's call returned into the stores here (docs/gpu.md, "Merging a GPU call's
-stores back"; the rules: lengthx.core.store_merge).
+stores back"; the rules: lengthx.core.store.merge).
 
 ``SOURCE`` is the call's ``study.tar.gz`` (scripts/gpu_runs/gpu_study.sh packs it) or a folder; every store below it
 (``seed<S>/step-<N>/``, and its ``replication/``) is merged into the same place below ``TARGET``:
@@ -21,8 +21,11 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from lengthx.core.store import StoreError  # noqa: E402
-from lengthx.core.store_merge import merge_tree, stores_under  # noqa: E402
+from lengthx.core.store import (  # noqa: E402
+    StoreError,  # noqa: E402
+    merge_tree,
+    stores_under,
+)
 
 
 def merge(source: Path, target: Path) -> int:

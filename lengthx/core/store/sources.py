@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from lengthx.core.store_files import append_bytes, make_dirs, refuse_link
+from lengthx.core.store.files import append_bytes, make_dirs, refuse_link
 
 log = logging.getLogger("lengthx")
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from lengthx.core.store import ResultsStore, refuse_link, write_json
+from lengthx.core.store.results import ResultsStore, refuse_link, write_json
 
 MEMO_DIR = Path(".cache") / "cells"
 PACKAGE = Path(__file__).resolve().parents[1]

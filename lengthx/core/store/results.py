@@ -9,7 +9,7 @@ resume, locking.
 - Every write happens under a file lock, and a cell's rows are written in one ``O_APPEND`` write after
   checking (under the lock) that no other run has finished the same cell: rerunning never duplicates rows. A
   per-cell lock (:meth:`ResultsStore.cell_lock`) keeps two processes from computing one cell's examples twice.
-- Every write is checked (:mod:`lengthx.core.store_files`): an append is written in full and fsynced, or the
+- Every write is checked (:mod:`lengthx.core.store.files`): an append is written in full and fsynced, or the
   file is cut back to where it was and :class:`StoreError` names it (a full disk never leaves half a row); a file that replaces another
   (caches, a header that grows, tables) is written beside it and renamed. No write follows a symbolic link.
 - A line cut short by a kill, a records line that is not a record (no id, no finite scores), a row whose value is
@@ -18,10 +18,11 @@ resume, locking.
   its rows are present. A ``results.csv`` that does not parse stops every reader with the file, the line and the
   fix.
 
-The store is split along its seams: what a row and a record are (:mod:`lengthx.core.store_schema`), checked writes
-and side files (:mod:`lengthx.core.store_files`), repairs under the lock (:mod:`lengthx.core.store_repair`), where a
-row came from (:mod:`lengthx.core.provenance`), the one-pass reading (:mod:`lengthx.core.store_cache`); this module
-is the directory itself (:class:`ResultsStore`) and re-exports the names the rest of lengthx imports from it.
+The store is split along its seams: what a row and a record are (:mod:`lengthx.core.store.schema`), checked writes
+and side files (:mod:`lengthx.core.store.files`), repairs under the lock (:mod:`lengthx.core.store.repair`), where a
+row came from (:mod:`lengthx.core.provenance`), the one-pass reading (:mod:`lengthx.core.store.cache`); this module
+is the directory itself (:class:`ResultsStore`). The rest of lengthx imports all of them from the package's face,
+:mod:`lengthx.core.store`.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ import pandas as pd
 from filelock import FileLock
 
 from lengthx.core.provenance import git_commit, now, versions
-from lengthx.core.store_cache import (
+from lengthx.core.store.cache import (
     cached_frame,
     cached_records,
     fast_frame,
@@ -52,8 +53,8 @@ from lengthx.core.store_cache import (
     keep_frame,
     keep_records,
 )
-from lengthx.core.store_duplicates import conflicting_lines
-from lengthx.core.store_files import (
+from lengthx.core.store.duplicates import conflicting_lines
+from lengthx.core.store.files import (
     StoreError,
     append_bytes,
     link_error,
@@ -64,15 +65,15 @@ from lengthx.core.store_files import (
     write_atomic,
     write_json,
 )
-from lengthx.core.store_mounts import node_local_locks, on_a_cluster
-from lengthx.core.store_repair import (
+from lengthx.core.store.mounts import node_local_locks, on_a_cluster
+from lengthx.core.store.repair import (
     replace_rows,
     set_aside_lines,
     set_aside_rows,
     set_aside_torn_tail,
     upgrade_header,
 )
-from lengthx.core.store_schema import (
+from lengthx.core.store.schema import (
     BOM,
     COLUMNS,
     HEADER,
@@ -90,7 +91,7 @@ from lengthx.core.store_schema import (
     row_problem,
     temperature_problem,
 )
-from lengthx.core.store_sidecar import data_digest, load_copy, save_copy
+from lengthx.core.store.sidecar import data_digest, load_copy, save_copy
 
 __all__ = [
     "BOM", "COLUMNS", "HEADER", "LEGACY_COLUMNS", "NUMERIC_COLUMNS", "SHORT_OF_TARGET", "STATUSES", "STORE_FOLDERS",
@@ -162,7 +163,7 @@ class ResultsStore:
         self.check_lock_scope()
 
     def check_lock_scope(self) -> None:
-        """The directory's file locks reach every machine that may write into it (:mod:`lengthx.core.store_mounts`):
+        """The directory's file locks reach every machine that may write into it (:mod:`lengthx.core.store.mounts`):
         a mount that keeps them on one machine is refused in a SLURM job and named in a warning elsewhere."""
         reason = node_local_locks(self.root)
         if reason is None:
@@ -260,7 +261,7 @@ class ResultsStore:
         return set(metrics) <= set(hit["metric"])
 
     def sound_rows(self) -> pd.DataFrame | None:
-        """The rows, when the file is whole and the parsed copy beside it (:mod:`lengthx.core.store_sidecar`) is of
+        """The rows, when the file is whole and the parsed copy beside it (:mod:`lengthx.core.store.sidecar`) is of
         its bytes: every row was sound when it was last read in full. None otherwise (no file, a torn last row, a
         row to set aside): the caller takes the path that checks and repairs (:meth:`check`)."""
         refuse_link(self.csv_path)
@@ -366,7 +367,7 @@ class ResultsStore:
     def load_records(self, cell: str, repair: bool = False) -> dict[str, dict[str, Any]]:
         """Finished examples of a cell by example id, in the order they were first written (for an id recomputed
         under another configuration, its last record; two records of one id under one configuration are a
-        conflict, :mod:`lengthx.core.store_duplicates`, named and left out like a bad line).
+        conflict, :mod:`lengthx.core.store.duplicates`, named and left out like a bad line).
 
         A line that is not a record (cut short by a kill, not UTF-8, not JSON, no ``id``, no finite ``scores``) is
         named by file and line in a warning and left out, so its example is recomputed; with ``repair`` (a run

@@ -2,7 +2,7 @@
 short by a kill, rows that cannot be results, and records lines that are not records move to a
 ``<file>.corrupt-<timestamp>`` side file (their cell or example is recomputed); a recomputed cell's rows replace
 its old ones; a ``results.csv`` with the older header gains the ``data`` column. Each rewrite is written beside
-the file and renamed (:func:`lengthx.core.store_files.write_atomic`).
+the file and renamed (:func:`lengthx.core.store.files.write_atomic`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import logging
 import os
 from pathlib import Path
 
-from lengthx.core.store_files import refuse_link, save_aside, write_atomic, write_error
-from lengthx.core.store_schema import COLUMNS, LEGACY_COLUMNS, with_data_column
+from lengthx.core.store.files import refuse_link, save_aside, write_atomic, write_error
+from lengthx.core.store.schema import COLUMNS, LEGACY_COLUMNS, with_data_column
 
 log = logging.getLogger("lengthx")
 
@@ -48,7 +48,7 @@ def set_aside_torn_tail(path: Path, consequence: str) -> Path | None:
 
 
 def set_aside_rows(csv_path: Path, text: str, bad: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
-    """Move the rows ``bad`` names (:func:`lengthx.core.store_schema.parse_rows`) of ``text``, the content of
+    """Move the rows ``bad`` names (:func:`lengthx.core.store.schema.parse_rows`) of ``text``, the content of
     ``csv_path``, to a side file and rewrite ``csv_path`` without them; returns ``bad`` with the side file named."""
     reader = csv.reader(io.StringIO(text, newline=""))
     lines = text.splitlines(keepends=True)
@@ -73,7 +73,7 @@ def set_aside_lines(path: Path, lines: list[bytes], numbers: set[int]) -> Path:
 
 
 def upgrade_header(csv_path: Path) -> None:
-    """Rewrite a results file with the :data:`~lengthx.core.store_schema.LEGACY_COLUMNS` header in the current
+    """Rewrite a results file with the :data:`~lengthx.core.store.schema.LEGACY_COLUMNS` header in the current
     schema, so that every row has every column and ``pandas.read_csv`` reads it."""
     try:
         with open(csv_path, "rb") as fh:

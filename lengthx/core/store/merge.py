@@ -3,7 +3,7 @@ stores back").
 
 A lent GPU measures cells into a copy of a store and hands the copy back; meanwhile the store here may have grown
 too (a CPU run on the same cells). :func:`merge_store` brings the copy's work in without ever holding two records of
-one example under one configuration (which :mod:`lengthx.core.store_duplicates` would set aside as a conflict):
+one example under one configuration (which :mod:`lengthx.core.store.duplicates` would set aside as a conflict):
 
 - a cell (cell key and ``config_hash``) finished in the copy and not here is **taken over**: its ``ok`` rows are
   written with :meth:`ResultsStore.append_rows`, and its records under that hash become the copy's (a partial run's
@@ -28,10 +28,10 @@ from pathlib import Path
 
 from filelock import Timeout
 
-from lengthx.core.store import ResultsStore, StoreError
-from lengthx.core.store_files import append_bytes, make_dirs, write_atomic
-from lengthx.core.store_repair import set_aside_torn_tail
-from lengthx.core.store_schema import csv_problem, record_problem
+from lengthx.core.store.files import append_bytes, make_dirs, write_atomic
+from lengthx.core.store.repair import set_aside_torn_tail
+from lengthx.core.store.results import ResultsStore, StoreError
+from lengthx.core.store.schema import csv_problem, record_problem
 
 # folders of per-cell files copied where absent (records/ and results.csv are merged line by line)
 FILE_FOLDERS = ("calibration", "stats", "attention")
