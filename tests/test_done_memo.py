@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from lengthx.core.store import cache as store_cache
 from lengthx.core.store import COLUMNS, ResultsStore
+from lengthx.core.store import cache as store_cache
 from lengthx.core.store.done_memo import MEMO_DIR, finished_cells, memo_key, remember
 from lengthx.models.minis import compose_run
 
@@ -132,6 +132,18 @@ def test_a_change_to_what_a_hash_is_made_of_changes_the_key(tmp_path, checkpoint
     else:
         cfg = _cfg(checkpoint, tmp_path / "res", "task.num_examples=20")
     assert memo_key(cfg) != key
+
+
+def test_every_file_of_the_package_is_in_the_key_but_the_shipped_checkpoints():
+    """A task's code or a config anywhere in lengthx/ decides a hash, so its version is in the memo's key."""
+    import lengthx
+    from lengthx.core.store import done_memo
+
+    package = Path(lengthx.__file__).resolve().parent
+    versioned = {line.split("|")[0] for line in done_memo._versions(done_memo.PACKAGE)}
+    for part in ("tasks/passkey.py", "conf/run.yaml", "core/cells.py", "models/loading.py"):
+        assert f"{package / part}" in versioned, part
+    assert not any("/checkpoints/" in v for v in versioned)  # versioned as the run's model.path instead
 
 
 def test_a_hub_model_or_hub_data_is_never_answered_from_the_memo(tmp_path, checkpoint):

@@ -9,8 +9,8 @@ import socket
 
 import pytest
 
-from lengthx.core.store import mounts as store_mounts
 from lengthx.core.store import ResultsStore, StoreError
+from lengthx.core.store import mounts as store_mounts
 from lengthx.core.store.files import temporary_path
 from lengthx.core.store.mounts import mount_of, node_local_locks
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lengthx.core.store import results as store_module
-from lengthx.core.store import cache as store_cache
 from lengthx.core.store import COLUMNS, HEADER, ResultsStore
+from lengthx.core.store import cache as store_cache
+from lengthx.core.store import results as store_module
 from lengthx.core.store.sidecar import SIDECAR
 
 COMMITTED = Path(__file__).resolve().parents[1] / "results" / "mini" / "results.csv"

@@ -36,7 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 from lengthx.core.store.results import ResultsStore, refuse_link, write_json
 
 MEMO_DIR = Path(".cache") / "cells"
-PACKAGE = Path(__file__).resolve().parents[1]
+PACKAGE = Path(__file__).resolve().parents[2]  # lengthx/
 PACKAGE_SKIPPED = "checkpoints"  # the checkpoint a run uses is versioned as its model.path
 UNKEYED_ENV = ("LENGTHX_SWEEP_JOBS",)  # set by the command itself for its estimate
 
