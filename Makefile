@@ -212,23 +212,19 @@ reproduce-all: install
 # (results/mini-t5-lm-study/<variant>/, summary in study.md). It needs `make mini-t5-lm` first (the snapshots).
 STUDY_EXAMPLES ?= 60
 mini-t5-lm: install
-	$(BIN)/python scripts/train_mini_t5_lm.py --out runs/mini-t5-lm --steps 3000 --export lengthx/checkpoints/mini-t5-lm
+	$(LX) train-mini recipe=t5_lm export=lengthx/checkpoints/mini-t5-lm
 
 # The retrieval stand-in study (docs/mini-t5-study.md): one CPU-trained T5 per seed in STUDY_SEEDS (passkey +
 # topics, 2600 steps on one thread, fp16 snapshots at fixed steps committed to results/mini-t5-study/snapshots),
 # then every snapshot x task x length x method with the harness. Both steps resume (rerun to continue); a seed
 # whose last snapshot is committed is not trained again.
 STUDY_SEEDS ?= 0 1
-MINI_T5_RECIPE := --device cpu --d-model 128 --d-kv 32 --heads 4 --d-ff 512 --enc-layers 3 --dec-layers 2 \
-	--batch-size 32 --w-passkey 0.5 --w-lines 0 --w-topics 0.5 --gate-minutes 0 --warmup 100 --max-minutes 0 \
-	--max-steps 2600 --export-steps 300,450,600,800,1000,1300,1800,2600 --log-every 50 --eval-every 300 \
-	--eval-n 32 --final-lengths 256
-# One recipe for both studies' seeds: $(1) the study's directory, $(2) the name of its options' variable, $(3) its
+# One command for both studies' seeds: $(1) the study's directory, $(2) its recipe (lengthx/conf/mini/), $(3) its
 # last snapshot's step, $(4) the seeds. A seed whose last snapshot is committed is not trained again.
 train_seeds = for s in $(4); do test -f $(1)/snapshots/seed$$s/step-$(3)/README.md && continue; \
-		OMP_NUM_THREADS=1 $(BIN)/python scripts/train_mini_t5.py $($(2)) --seed $$s \
-		--out $(1)/train/seed$$s --snapshots-to $(1)/snapshots/seed$$s || exit 1; done
-study_train = $(call train_seeds,results/mini-t5-study,MINI_T5_RECIPE,02600,$(1))
+		OMP_NUM_THREADS=1 $(LX) train-mini recipe=$(2) seed=$$s \
+		out=$(1)/train/seed$$s snapshots_to=$(1)/snapshots/seed$$s || exit 1; done
+study_train = $(call train_seeds,results/mini-t5-study,retrieval_study,02600,$(1))
 mini-t5-study: install
 	$(call study_train,$(STUDY_SEEDS))
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/studies/study_mini_t5.py
@@ -238,11 +234,7 @@ mini-t5-study: install
 # fixed steps committed to results/mini-t5-counts/snapshots), then every snapshot x variant x length x method with the
 # harness, the picked snapshot first. Both steps resume; a seed whose last snapshot is committed is not trained again.
 COUNTS_SEEDS ?= 0 1
-COUNTS_RECIPE := --device cpu --d-model 128 --d-kv 32 --heads 4 --d-ff 512 --enc-layers 3 --dec-layers 2 \
-	--batch-size 32 --w-passkey 0.5 --w-lines 0 --w-topics 0.5 --topics-records counts --topics-k-max 6 \
-	--topics-format short --card-counts 1,2,3,4,5 --gate-minutes 0 --warmup 100 --max-minutes 0 --max-steps 3200 \
-	--export-steps 1200,1800,2400,3200 --log-every 50 --eval-every 400 --eval-n 16 --final-n 60 --final-lengths 256
-counts_train = $(call train_seeds,results/mini-t5-counts,COUNTS_RECIPE,03200,$(1))
+counts_train = $(call train_seeds,results/mini-t5-counts,first_of_k,03200,$(1))
 mini-t5-counts-study: install
 	$(call counts_train,$(COUNTS_SEEDS))
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/studies/study_mini_t5_counts.py
@@ -260,21 +252,15 @@ mini-t5: install
 # results/mini-t5-lookup/snapshots/<variant>. Resumable; a variant whose last snapshot is committed, or whose
 # training stopped at the gate, is not trained again.
 LOOKUP_VARIANTS ?= warm scratch
-LOOKUP_RECIPE := --device cpu --d-model 128 --d-kv 32 --heads 4 --d-ff 512 --enc-layers 3 --dec-layers 2 \
-	--batch-size 32 --w-passkey 0.25 --w-lines 0.5 --w-topics 0.25 --topics-records counts --topics-k-max 6 \
-	--topics-format short --card-counts 1,2,3,4,5 --lines-records lookup --lines-multi 0.5 --lines-format short \
-	--card-lines 2,6,10,11,12 --gate 0.9 --gate-window 1000 --gate-minutes 0 --warmup 100 --max-minutes 0 \
-	--max-steps 20000 --export-steps 2000,4000,6000,8000,10000,12000,14000,16000,18000,20000 --log-every 100 \
-	--eval-every 500 --eval-n 16 --final-n 50 --final-lengths 256 --seed 0 --stop-at-gate --portable-state
 mini-t5-lookup-study: install
 	for v in $(LOOKUP_VARIANTS); do test -f results/mini-t5-lookup/snapshots/$$v/step-20000/README.md && continue; \
-		init=; if [ $$v = warm ]; then init="--init-from lengthx/checkpoints/mini-t5"; fi; \
-		OMP_NUM_THREADS=1 nice $(BIN)/python scripts/train_mini_t5.py $(LOOKUP_RECIPE) $$init \
-		--out results/mini-t5-lookup/train/$$v --snapshots-to results/mini-t5-lookup/snapshots/$$v || exit 1; done
+		init=; if [ $$v = warm ]; then init="init_from=lengthx/checkpoints/mini-t5"; fi; \
+		OMP_NUM_THREADS=1 nice $(LX) train-mini recipe=lookup $$init \
+		out=results/mini-t5-lookup/train/$$v snapshots_to=results/mini-t5-lookup/snapshots/$$v || exit 1; done
 
 mini-t5-lm-study: install
-	$(BIN)/python scripts/train_mini_t5_lm.py --out runs/mini-t5-lm-h8 --heads 8 --steps 2000 --snapshots 1000 --export runs/mini-t5-lm-h8/export
-	$(BIN)/python scripts/train_mini_t5_lm.py --out runs/mini-t5-lm-enc2 --enc-layers 2 --steps 1500 --snapshots "" --export runs/mini-t5-lm-enc2/export
+	$(LX) train-mini recipe=t5_lm out=runs/mini-t5-lm-h8 heads=8 steps=2000 snapshots=1000 export=runs/mini-t5-lm-h8/export
+	$(LX) train-mini recipe=t5_lm out=runs/mini-t5-lm-enc2 enc_layers=2 steps=1500 snapshots= export=runs/mini-t5-lm-enc2/export
 	$(BIN)/python scripts/studies/study_mini_t5_lm.py --examples $(STUDY_EXAMPLES) --ratios 1 2 8 29.296875 \
 		--variant final=lengthx/checkpoints/mini-t5-lm --variant final-bf16=lengthx/checkpoints/mini-t5-lm:bfloat16 \
 		--variant step-500=runs/mini-t5-lm/step-500 --variant step-1000=runs/mini-t5-lm/step-1000 \

@@ -1,4 +1,5 @@
-"""The ``lengthx`` command: run | calibrate | train | stats | tables | figures | ls (docs/design.md §1, §11).
+"""The ``lengthx`` command: run | calibrate | train | train-mini | stats | tables | figures | ls (docs/design.md §1,
+§11).
 
 ``run`` and ``calibrate`` take Hydra overrides (``lengthx run task=passkey method=pmax``, ``-m`` sweeps,
 launchers); unknown config names fail before anything is loaded, with the valid names listed, and every job's
@@ -33,6 +34,8 @@ commands:
   run [overrides]        run cells, e.g. lengthx run task=passkey method=pmax  (-m to sweep)
   calibrate [overrides]  Algorithm 1: print and cache τ per setting, e.g. lengthx calibrate method=pmax
   train [overrides]      paper B continued pre-training, e.g. lengthx train model=gpt2 method=chunk-0.25 l_e_factor=4
+  train-mini recipe=NAME [KEY=VALUE …]   train a mini stand-in from a recipe (lengthx/conf/mini/), e.g.
+                         lengthx train-mini recipe=first_of_k seed=2   (--help lists the recipes)
   stats [overrides]      dispersal statistics at τ=1 per setting and at L_tr (paper A Tables 1, 7; Figures 1-2)
   plan [profile=paper] [experiment=aa_table4 …]   list every cell of the paper-A experiments, with counts
                          per table beside the published tables' (a dry run of all of conf/experiment/aa_*);
@@ -166,6 +169,10 @@ def main(argv: list[str] | None = None) -> None:
             from lengthx.cli.train import train_main
 
             train_main(rest)
+        elif cmd == "train-mini":
+            from lengthx.cli.train_mini import train_mini_main
+
+            train_mini_main(rest)
         elif cmd == "stats":
             hydra_command(stats_command, rest, "lengthx stats", dry_run_fn=lambda cfg: dry_run_job(cfg, stats=True))
         elif cmd == "tables":
@@ -179,8 +186,8 @@ def main(argv: list[str] | None = None) -> None:
         elif cmd == "ls":
             _ls()
         else:
-            raise UsageError(f"unknown command '{cmd}'. Valid commands: run, calibrate, train, stats, plan, tables, "
-                             "figures, ls.")
+            raise UsageError(f"unknown command '{cmd}'. Valid commands: run, calibrate, train, train-mini, stats, plan, "
+                             "tables, figures, ls.")
 
 
 if __name__ == "__main__":

@@ -220,7 +220,14 @@ def pretrain(family: str, args: argparse.Namespace, tokenizer: PreTrainedTokeniz
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """``scripts/train_mini_decoders.py``'s options."""
+    """``scripts/train_mini_decoders.py``'s options parsed from ``argv``."""
+    args = parser().parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else argv
+    return args
+
+
+def parser() -> argparse.ArgumentParser:
+    """The decoder minis' options (``lengthx train-mini`` reads their names and kinds from here)."""
     p = argparse.ArgumentParser(prog="scripts/train_mini_decoders.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--families", nargs="+", default=list(MINIS), choices=list(MINIS))
@@ -243,9 +250,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default=str(REPO / "lengthx" / "checkpoints"))
     p.add_argument("--summary", default=str(REPO / "results" / "mini" / "minis.md"))
     p.add_argument("--quiet", action="store_true", help="kept for the cards' commands (the loop logs no bar)")
-    args = p.parse_args(argv)
-    args.argv = sys.argv[1:] if argv is None else argv
-    return args
+    return p
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -19,6 +19,12 @@ A CPU smoke run: --device cpu --d-model 64 --enc-layers 2 --dec-layers 1 --max-s
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """``scripts/train_mini_t5.py``'s options parsed from ``argv``."""
+    return parser().parse_args(argv)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The retrieval trainer's options (``lengthx train-mini`` reads their names and kinds from here)."""
     p = argparse.ArgumentParser(prog="scripts/train_mini_t5.py", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True, help="run directory (state.pt, curve.json, export/)")
@@ -94,4 +100,4 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="stop after the first --export-steps snapshot whose card meets the bar at L_tr")
     p.add_argument("--init-from", type=Path, default=None,
                    help="start from this checkpoint's weights (a mini-t5 export of the same shape), not at random")
-    return p.parse_args(argv)
+    return p

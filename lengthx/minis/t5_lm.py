@@ -101,7 +101,15 @@ class LMRecipe:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """``scripts/train_mini_t5_lm.py``'s options."""
+    """``scripts/train_mini_t5_lm.py``'s options parsed from ``argv``."""
+    args = parser().parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else list(argv)
+    args.snapshots = {int(s) for s in str(args.snapshots).split(",") if s.strip()}
+    return args
+
+
+def parser() -> argparse.ArgumentParser:
+    """The T5-LM trainer's options (``lengthx train-mini`` reads their names and kinds from here)."""
     p = argparse.ArgumentParser(prog="scripts/train_mini_t5_lm.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=REPO / "runs" / "mini-t5-lm", help="run directory (resumable)")
@@ -127,10 +135,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--snapshots", default="500,1000,2000", help="steps whose fp16 weights are kept (step-N/)")
     p.add_argument("--card-examples", type=int, default=200, help="held-out examples behind the card's numbers")
-    args = p.parse_args(argv)
-    args.argv = sys.argv[1:] if argv is None else list(argv)
-    args.snapshots = {int(s) for s in str(args.snapshots).split(",") if s.strip()}
-    return args
+    return p
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,128 @@
+"""``lengthx train-mini`` (lengthx.minis.recipes, lengthx/conf/mini/): the shipped recipes as configs, each the
+command its shipped checkpoint's card records; a short run of each from the CLI trains, resumes and ends on the
+weights the trainer's script gives with the same options."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from lengthx.minis.recipes import RECIPES_DIR, compose_recipe, to_argv
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECKPOINTS = ROOT / "lengthx" / "checkpoints"
+TINY = {  # a short run of each trainer: small shapes, few examples, no held-out sets to speak of
+    "retrieval": ["d_model=32", "d_kv=8", "d_ff=64", "heads=4", "enc_layers=1", "dec_layers=1", "batch_size=4",
+                  "eval_every=1000", "eval_n=2", "final_n=2", "card_counts=''", "card_lines=''", "export_steps=''",
+                  "max_steps=6"],
+    "t5_lm": ["d_model=32", "heads=4", "d_ff=64", "enc_layers=1", "dec_layers=1", "batch_size=4", "steps=3",
+              "warmup=2", "log_every=1", "save_every=1", "snapshots=''", "card_examples=2"],
+    "decoders": ["families=[gpt2]", "steps=3", "width=32", "layers=1", "heads=2", "batch_size=2", "eval_sequences=4",
+                 "log_every=1"],
+}
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _recipes() -> list[str]:
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
+
+
+def test_help_lists_every_recipe_and_a_recipes_keys(as_a_process):
+    p = as_a_process(["lengthx", "train-mini", "--help"])
+    assert p.returncode == 0
+    assert _recipes() and all(f"  {name} " in p.stdout for name in _recipes())
+    p = as_a_process(["lengthx", "train-mini", "recipe=lookup", "--help"])
+    assert p.returncode == 0 and "max_steps            [20000]" in p.stdout and "portable_state" in p.stdout
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["recipe=nope"], "no such recipe"), (["recipe=lookup", "sed=3"], "'sed=3' is not KEY=VALUE"),
+    (["recipe=lookup", "seed=abc"], "seed: invalid int value: 'abc'"), (["seed=1"], "name a recipe")])
+def test_a_mistake_is_one_line_and_exit_2_before_any_work(tmp_path, as_a_process, argv, named):
+    p = as_a_process(["lengthx", "train-mini", *argv, f"out={tmp_path / 'run'}"], cwd=tmp_path)
+    assert p.returncode == 2 and named in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def _card_options(name: str) -> list[str]:
+    meta = CHECKPOINTS / name / "lengthx_mini.json"
+    command = json.loads(meta.read_text())["command"] if meta.is_file() else \
+        json.loads((CHECKPOINTS / name / "curve.json").read_text())["command"]
+    return shlex.split(command)[2:]
+
+
+@pytest.mark.parametrize("recipe, shipped, overrides", [
+    ("first_of_k", "mini-t5", ["out=results/mini-t5-counts/train/seed0",
+                               "snapshots_to=results/mini-t5-counts/snapshots/seed0"]),
+    ("t5_lm", "mini-t5-lm", ["export=lengthx/checkpoints/mini-t5-lm"]),
+    ("decoders", "mini-pythia", ["families=[pythia]", "quiet=true", "work=null",  # null: the script's default
+                                 "out=null", "summary=null"]),
+])
+def test_a_shipped_recipe_is_the_command_its_checkpoints_card_records(recipe, shipped, overrides):
+    import importlib
+
+    trainer, cfg = compose_recipe(recipe, overrides)
+    module = importlib.import_module({"retrieval": "lengthx.minis.retrieval_args"}.get(trainer, f"lengthx.minis.{trainer}"))
+    ours, theirs = vars(module.parse_args(to_argv(trainer, cfg))), vars(module.parse_args(_card_options(shipped)))
+    differ = {k: (ours[k], theirs[k]) for k in ours if k != "argv" and ours[k] != theirs[k]}
+    assert not differ
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    return {k: v for f in sorted(folder.glob("*.safetensors")) for k, v in load_file(f).items()}
+
+
+def _run(as_a_process, recipe: str, out: Path, *extra: str) -> str:
+    """``lengthx train-mini recipe=RECIPE <tiny> seed=1 <extra>`` writing under ``out``; its stdout."""
+    trainer, _ = compose_recipe(recipe, [])
+    outs = ([f"work={out}", f"out={out}-out", f"summary={out}-out.md"] if trainer == "decoders" else [f"out={out}"])
+    p = as_a_process(["lengthx", "train-mini", f"recipe={recipe}", *TINY[trainer], "seed=1", *outs, *extra])
+    assert p.returncode == 0, p.stderr[-2000:]
+    return p.stdout
+
+
+def _stop_early(trainer: str) -> list[str]:
+    """Options that stop a run before its last step, its schedule unchanged (None: the trainer has none)."""
+    return {"retrieval": ["stop_step=2"], "t5_lm": ["max_minutes=1e-9"]}.get(trainer, [])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["first_of_k", "t5_lm", "decoders"])
+def test_a_recipe_from_the_cli_stopped_and_resumed_ends_on_its_scripts_weights(tmp_path, as_a_process, recipe):
+    """One shipped recipe per trainer: stopped early and rerun from the CLI (the decoders have no early stop: run
+    once), then the trainer's own script with the options the CLI printed, uninterrupted: the same weights."""
+    trainer, _ = compose_recipe(recipe, [])
+    if _stop_early(trainer):
+        _run(as_a_process, recipe, tmp_path / "cli", *_stop_early(trainer))
+    out = _run(as_a_process, recipe, tmp_path / "cli")
+    assert not _stop_early(trainer) or "resumed from" in out
+    printed = next(ln for ln in out.splitlines() if ln.startswith(f"lengthx train-mini recipe={recipe}: python"))
+    script, *argv = shlex.split(printed.split(": python ", 1)[1])
+    q = as_a_process([str(ROOT / script), *[a.replace(str(tmp_path / "cli"), str(tmp_path / "script")) for a in argv]])
+    assert q.returncode == 0, q.stderr[-2000:]
+    if trainer == "retrieval":
+        a, b = _weights(tmp_path / "cli" / "export"), _weights(tmp_path / "script" / "export")
+    elif trainer == "t5_lm":
+        a = torch.load(tmp_path / "cli" / "state.pt", weights_only=True)["model"]
+        b = torch.load(tmp_path / "script" / "state.pt", weights_only=True)["model"]
+    else:
+        a, b = _weights(tmp_path / "cli-out" / "mini-gpt2"), _weights(tmp_path / "script-out" / "mini-gpt2")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["retrieval_study", "lookup"])
+def test_the_other_recipes_train_from_the_cli_and_resume(tmp_path, as_a_process, recipe):
+    _run(as_a_process, recipe, tmp_path / "cli", "stop_step=2")
+    assert "resumed from" in _run(as_a_process, recipe, tmp_path / "cli")
+    assert (tmp_path / "cli" / "export" / "README.md").is_file()  # trained to its end, exported with its card
+
+
+def test_every_recipe_is_tested_by_a_run():
+    assert set(_recipes()) == {"first_of_k", "t5_lm", "decoders", "retrieval_study", "lookup"}
