@@ -80,7 +80,8 @@ def run_command(cfg: DictConfig) -> None:
     if reason:
         print(f"skipped: {reason}")
         return
-    if getattr(TASKS.get(cfg.task.name), "scoring", "") == "perplexity":  # paper B: whole sequences scored
+    task = TASKS.get(cfg.task.name)
+    if task is not None and task.scoring == "perplexity":  # paper B: whole sequences scored
         from lengthx.core.perplexity import run_task
 
         summary = run_task(cfg)

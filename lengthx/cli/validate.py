@@ -237,7 +237,7 @@ def check_settings(cfg: DictConfig) -> None:
     from lengthx.tasks import TASKS, resolve_settings
 
     task = TASKS.get(str(cfg.task.name))
-    units = getattr(task, "units", None)
+    units = task.units if task is not None else None
     unit = cfg.task.get("unit")
     if units and unit is not None and str(unit) not in units:
         raise ConfigError(f"task.unit={unit}: task {cfg.task.name} has no such unit. Fix: one of {', '.join(units)}, "
@@ -325,16 +325,16 @@ def check_task_data(cfg: DictConfig) -> None:
     data set that is offline and not cached, or — in the paper profile — no real data at all (topics without
     LongEval's conversations, MDQA without Lost in the Middle's files): the message names the file and where
     the public one comes from. Each task states what it needs (``data_problem`` in ``lengthx/tasks/``)."""
-    from lengthx.tasks import TASKS, resolve_settings
+    from lengthx.tasks import TASKS, Task, resolve_settings
 
-    check = getattr(TASKS.get(str(cfg.task.name)), "data_problem", None)
-    if check is None:
+    cls = TASKS.get(str(cfg.task.name))
+    if cls is None or cls.data_problem is Task.data_problem:  # a task that reads no configured data
         return
     try:
         settings = resolve_settings(cfg.task, str(cfg.profile.name), int(cfg.model.l_tr))
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    problem = check(cfg.task, str(cfg.profile.name), settings)
+    problem = cls.data_problem(cfg.task, str(cfg.profile.name), settings)
     if problem:
         raise ConfigError(problem)
 

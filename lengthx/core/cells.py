@@ -106,7 +106,8 @@ def config_hash(cfg: DictConfig, setting: Setting) -> str:
         "calibration": OmegaConf.to_container(cfg.calibration, resolve=True)
         if cfg.method.name in ("pmax", "entropy", "prop1", "prop2") else None,
     }
-    if relevant["calibration"] is not None and getattr(TASKS.get(str(cfg.task.name)), "calibration_item", None):
+    task = TASKS.get(str(cfg.task.name))
+    if relevant["calibration"] is not None and task is not None and task.calibration_item:
         relevant["calibration"]["disjoint_from_evaluation"] = True  # docs/design.md §5 (lengthx.tasks.base)
     return hashlib.sha256(json.dumps(portable(relevant), sort_keys=True, default=str).encode()).hexdigest()[:12]
 
@@ -150,10 +151,9 @@ def task_behaviour(task: Any, setting: Setting, tokenizer: Any, seed: int) -> st
     :func:`fixed_answers` of each (likelihood tasks score with the model: their prompts and targets stand for
     them). A change to a prompt, the data or a scorer changes the hash of exactly the cells it affects."""
     h = hashlib.sha256(type(task).__name__.encode())
-    source = getattr(task, "data_source", None)
-    h.update(f"|data:{source(setting) if source is not None else ''}".encode())
+    h.update(f"|data:{task.data_source(setting) or ''}".encode())
     examples = task.examples(setting, tokenizer, BEHAVIOUR_EXAMPLES, seed)
-    generation = getattr(task, "scoring", "generation") == "generation" and hasattr(task, "score")
+    generation = task.scoring == "generation"
     for e in examples:
         h.update(json.dumps([e.id, e.prompt_hash, e.target, e.requested_tokens, e.actual_tokens, e.meta],
                             sort_keys=True, default=str).encode())

@@ -56,7 +56,7 @@ def check_lengths(runner: Any) -> None:
     limit = configured_position_limit(cfg.model)
     if limit is None:
         return
-    generated = int(getattr(runner.task, "max_new_tokens", 0) or 0)
+    generated = int(runner.task.max_new_tokens or 0)
     for setting in runner.settings():
         tokens = setting_tokens(runner, setting)
         if tokens + generated > limit:

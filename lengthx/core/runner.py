@@ -135,7 +135,7 @@ class Runner:
         if self._loaded is None:
             self._loaded = load_model(self.cfg.model, device=self.cfg.device, dtype=self.cfg.dtype,
                                       attention=self.cfg.get("attention"))
-            if getattr(self.task, "scoring", "generation") == "generation":  # before any search or cell
+            if self.task.scoring == "generation":  # before any search or cell
                 check_generates(self._loaded, f"model={self.cfg.model.name} ({self.cfg.model.get('path') or 'hub'})")
         return self._loaded
 
@@ -233,9 +233,8 @@ class Runner:
     def data_source(self, setting: Setting) -> str:
         """What the setting's examples are built from (the ``data`` column), ``""`` when it cannot be told
         (a status row of a cell whose data could not be read)."""
-        source = getattr(self.task, "data_source", None)
         try:
-            return str(source(setting)) if source is not None else ""
+            return str(self.task.data_source(setting) or "")
         except (OSError, ValueError):
             return ""
 
@@ -251,7 +250,7 @@ class Runner:
         evaluation asks for all of them."""
         key = (setting.label, setting.value, setting.unit)
         if self._evaluation is None or self._evaluation[0] != key:
-            extra = {"reserve": CALIBRATION_RESERVE} if getattr(self.task, "calibration_item", None) else {}
+            extra = {"reserve": CALIBRATION_RESERVE} if self.task.calibration_item else {}
             examples = self.task.examples(setting, self.tokenizer, self.num_examples(),
                                           int(self.cfg.task.seed), **extra)
             self._evaluation = (key, examples)
@@ -263,7 +262,7 @@ class Runner:
         not use (``task.calibration_item``). Any overlap left (an identical prompt) is an error."""
         seed = int(self.cfg.task.seed) + int(self.cfg.calibration.seed_offset)
         evaluation = self.evaluation_examples(setting)
-        item = getattr(self.task, "calibration_item", None)
+        item = self.task.calibration_item
         if item:
             used = {e.meta[item] for e in evaluation}
             examples = self.task.examples(setting, self.tokenizer, n, seed, exclude=used)
@@ -316,7 +315,7 @@ class Runner:
                "weights": self.weights}
         if behaviour:
             key["task_behaviour"] = self.behaviour(cell.setting)
-        if getattr(self.task, "calibration_item", None):  # its calibration items depend on the evaluation's
+        if self.task.calibration_item:  # its calibration items depend on the evaluation's
             key["disjoint_from_evaluation"] = {"n": self.num_examples(), "reserve": CALIBRATION_RESERVE}
         if self.cfg.task.get("prompt_version") is not None:  # an older prompt's τ is recomputed
             key["prompt_version"] = self.cfg.task.prompt_version
@@ -397,7 +396,7 @@ class Runner:
         raw text). The fitted length ``requested_tokens`` stays the task's; ``actual_tokens`` counts the
         wrapped prompt, the one the model reads."""
         template = self.cfg.model.get("chat_template")
-        if not template or getattr(self.task, "scoring", "generation") == "likelihood":
+        if not template or self.task.scoring == "likelihood":
             return examples
         from lengthx.data.fitting import count_tokens
 
@@ -438,7 +437,7 @@ class Runner:
         set_temperature(modules, tau)
         scores: list[dict[str, float]] = []
         metric0 = self.task.metrics[0]
-        likelihood = getattr(self.task, "scoring", "generation") == "likelihood"
+        likelihood = self.task.scoring == "likelihood"
         bs = max(1, int(self.cfg.batch_size))
         bar = tqdm(total=len(examples), desc=cell.key, unit="ex", leave=False)
         try:
@@ -459,8 +458,8 @@ class Runner:
                     chunk_scores = self.task.evaluate(self.loaded, chunk, batch_size=bs)
                 else:
                     outputs = generate(self.loaded, [e.prompt for e in chunk], self.task.max_new_tokens,
-                                       first_line=getattr(self.task, "scores_first_line", False),
-                                       start_with_text=getattr(self.task, "start_with_text", False))
+                                       first_line=self.task.scores_first_line,
+                                       start_with_text=self.task.start_with_text)
                     chunk_scores = [self.task.score(o, e) for o, e in zip(outputs, chunk, strict=True)]
                 for ex, output, sc in zip(chunk, outputs, chunk_scores, strict=True):
                     check_scores(cell, ex, sc, self.task.metrics)

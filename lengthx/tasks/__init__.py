@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lengthx.tasks.base import Example, Setting, all_settings, resolve_settings
+from lengthx.tasks.base import Example, Setting, Task, all_settings, resolve_settings
 from lengthx.tasks.code_completion import CodeCompletionTask
 from lengthx.tasks.code_key import CodeKeyTask
 from lengthx.tasks.lines import LinesTask
@@ -14,7 +14,7 @@ from lengthx.tasks.passkey import PasskeyTask
 from lengthx.tasks.segmented_ppl import SegmentedPPLTask
 from lengthx.tasks.topics import TopicsTask
 
-TASKS: dict[str, type] = {
+TASKS: dict[str, type[Task]] = {
     "passkey": PasskeyTask,
     "lines": LinesTask,
     "topics": TopicsTask,
@@ -26,7 +26,7 @@ TASKS: dict[str, type] = {
 }
 
 
-def build_task(task_cfg: Any, profile: str = "mini", l_tr: int | None = None) -> Any:
+def build_task(task_cfg: Any, profile: str = "mini", l_tr: int | None = None) -> Task:
     """The task object named by ``task_cfg.name``, configured from its config and the profile.
 
     A task that scores the same text at every length (``task.same_text``) learns the sweep's longest
@@ -37,11 +37,10 @@ def build_task(task_cfg: Any, profile: str = "mini", l_tr: int | None = None) ->
     except KeyError:
         raise ValueError(f"task {task_cfg.name!r} has a config but no implementation yet; "
                          f"implemented tasks: {', '.join(TASKS)}") from None
-    task = cls.from_config(task_cfg, profile=profile) if hasattr(cls, "from_config") \
-        else cls(max_new_tokens=int(task_cfg.max_new_tokens))
-    if hasattr(task, "set_training_length") and l_tr is not None:
+    task = cls.from_config(task_cfg, profile=profile)
+    if l_tr is not None:
         task.set_training_length(int(l_tr))
-    if getattr(task, "same_text", False) and l_tr is not None:
+    if task.same_text and l_tr is not None:
         task.longest = max(s.value for s in all_settings(task_cfg, profile, int(l_tr)))
     return task
 
@@ -61,17 +60,15 @@ def data_status(task_cfg: Any, profile: str, l_tr: int) -> str:
         settings = resolve_settings(task_cfg, profile, l_tr)
     except ValueError as err:
         return f"data: MISSING: {err}"
-    check = getattr(cls, "data_problem", None)
-    problem = check(task_cfg, profile, settings) if check is not None else None
+    problem = cls.data_problem(task_cfg, profile, settings)
     if problem:
         return f"data: MISSING: {problem}"
     task = build_task(task_cfg, profile)
-    source = getattr(task, "data_source", None)
-    if source is None:
+    sources = [task.data_source(s) for s in settings]
+    if any(source is None for source in sources):
         return "data: read when the run starts (this task names no data before)"
     labels = []
-    for s in settings:
-        label = str(source(s))
+    for label in map(str, sources):
         if label in (GENERATED, SYNTHETIC) or label.startswith("stdlib-") or "@" in label:
             note = {GENERATED: " (built by lengthx, no file)", SYNTHETIC: " (drawn as the benchmark draws it)"}
             labels.append(label + note.get(label, " (there)"))
@@ -81,4 +78,4 @@ def data_status(task_cfg: Any, profile: str, l_tr: int) -> str:
     return "data: " + ", ".join(dict.fromkeys(labels))
 
 
-__all__ = ["TASKS", "Example", "Setting", "all_settings", "build_task", "data_status", "resolve_settings"]
+__all__ = ["TASKS", "Example", "Setting", "Task", "all_settings", "build_task", "data_status", "resolve_settings"]

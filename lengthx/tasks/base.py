@@ -46,6 +46,65 @@ class Example:
         return hashlib.sha256(self.prompt.encode()).hexdigest()[:16]
 
 
+class Task:
+    """What every task provides (docs/design.md §3, §6): a task class sets the class attributes in which it differs
+    from these defaults and implements :meth:`examples` and :meth:`score` (a ``likelihood`` task: ``evaluate``).
+
+    - ``name``, ``metrics``: its config name and the metrics its rows hold, the first one the tables' default;
+    - ``units``: what ``task.unit`` may name (the unit of explicit ``task.settings``);
+    - ``scoring``: ``generation`` (generate, then :meth:`score`), ``likelihood`` (the runner calls ``evaluate``)
+      or ``perplexity`` (sequences scored whole: :mod:`lengthx.core.perplexity`);
+    - ``calibration_item``: the ``meta`` key naming an example's item of a finite pool, so calibration never
+      reads an item the evaluation reads (:data:`CALIBRATION_RESERVE`), or None;
+    - ``scores_first_line``: generation may stop after the first complete line; ``start_with_text``: the prompt
+      is generated after a text start (decoder-only chat formats);
+    - ``same_text``: every setting reads the same text (its longest setting's, ``longest``, set by
+      :func:`lengthx.tasks.build_task`);
+    - ``paper_data``, ``stand_in`` (data label → what it is) and ``score_note``: what the tables' notes say of
+      the rows' data and scoring (:func:`lengthx.report.tables.render.table_notes`).
+    """
+
+    name: str = ""
+    metrics: tuple[str, ...] = ()
+    units: tuple[str, ...] = ("tokens",)
+    scoring: str = "generation"
+    calibration_item: str | None = None
+    scores_first_line: bool = False
+    start_with_text: bool = False
+    same_text: bool = False
+    longest: int | None = None
+    paper_data: str = ""
+    stand_in: dict[str, str] = {}  # noqa: RUF012 - read only, a class constant
+    score_note: str | None = None
+    max_new_tokens: int = 0
+
+    @classmethod
+    def from_config(cls, task_cfg: Any, profile: str = "mini") -> Task:
+        """The task a config describes; by default only its ``max_new_tokens``."""
+        return cls(max_new_tokens=int(task_cfg.max_new_tokens))  # type: ignore[call-arg]
+
+    @staticmethod
+    def data_problem(task_cfg: Any, profile: str, settings: list[Setting] | None = None) -> str | None:
+        """Why the data a run of ``task_cfg`` reads is missing (None when it is there), before any model loads."""
+        return None
+
+    def data_source(self, setting: Setting) -> str | None:
+        """What the setting's examples are built from (the ``data`` column); None: named only when the run reads
+        it."""
+        return None
+
+    def set_training_length(self, l_tr: int) -> None:
+        """Learn the model's training length (a task whose lengths depend on it)."""
+
+    def examples(self, setting: Setting, tokenizer: Any, n: int, seed: int) -> list[Example]:
+        """The first ``n`` examples of the setting's seeded sequence."""
+        raise NotImplementedError(f"task {self.name} builds no examples")
+
+    def score(self, output: str, example: Example) -> dict[str, float]:
+        """The metrics of one generated ``output``."""
+        raise NotImplementedError(f"task {self.name} scores no generated output (scoring: {self.scoring})")
+
+
 # Algorithm 1 calibrates on examples that are not evaluation examples (docs/design.md §5). A task that draws its
 # examples from a finite pool (MDQA's questions, LCC's rows) names each example's pool item in
 # ``meta[task.calibration_item]``; calibration examples exclude the evaluation's items, and an evaluation that

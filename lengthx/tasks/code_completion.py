@@ -42,7 +42,7 @@ from lengthx.data.fitting import chars_per_token, count_tokens, suffix_with_toke
 from lengthx.data.hub import load_hub_dataset
 from lengthx.data.jsonl import read_jsonl
 from lengthx.data.provenance import file_label, hub_label, stdlib_label
-from lengthx.tasks.base import Example, Setting, draw_items, hub_problem, missing_path
+from lengthx.tasks.base import Example, Setting, Task, draw_items, hub_problem, missing_path
 from lengthx.tasks.metrics import code_exact_match, edit_similarity, first_line
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ def stdlib_row(rng: random.Random, tokenizer: PreTrainedTokenizerBase, n_tokens:
     raise ValueError(f"could not find a standard-library file with {n_tokens} tokens before a line")
 
 
-class CodeCompletionTask:
+class CodeCompletionTask(Task):
     """LCC next-line completion: seeded rows per length bucket, EM and edit similarity of the first line."""
 
     name = "code_completion"

@@ -38,7 +38,7 @@ from lengthx.data.corpora import stdlib_sources
 from lengthx.data.fitting import chars_per_token, count_tokens, largest_fitting
 from lengthx.data.jsonl import read_jsonl
 from lengthx.data.provenance import stdlib_label
-from lengthx.tasks.base import Example, Setting
+from lengthx.tasks.base import Example, Setting, Task
 from lengthx.tasks.code_completion import (
     LCC_DATASET,
     code_data_label,
@@ -193,7 +193,7 @@ def code_key_cases(n: int, seed: int) -> list[CodeKeyCase]:
     return [CodeKeyCase(rng.randint(1, MAX_KEY), rng.random(), rng.randrange(2**31)) for _ in range(n)]
 
 
-class CodeKeyTask:
+class CodeKeyTask(Task):
     """Code key retrieval as a runnable task: fitted haystacks of real code, first-integer scoring."""
 
     name = "code_key"

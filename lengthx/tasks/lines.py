@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from lengthx.data.fitting import bisect_largest, count_tokens
 from lengthx.data.provenance import SYNTHETIC, file_label
-from lengthx.tasks.base import Example, Setting
+from lengthx.tasks.base import Example, Setting, Task
 from lengthx.tasks.longeval_testcases import read_testcases, testcase_path, testcases_problem
 from lengthx.tasks.metrics import lines_correct
 
@@ -293,7 +293,7 @@ def case_seed(seed: int, i: int) -> int:
     return seed * 1_000_003 + i
 
 
-class LinesTask:
+class LinesTask(Task):
     """LongEval lines: seeded records of ``line <idx>: REGISTER_CONTENT is <n>``, last-integer scoring; with
     ``testcases_dir``, LongEval's released cases (:mod:`lengthx.tasks.longeval_testcases`)."""
 

@@ -42,7 +42,7 @@ from lengthx.data.fitting import (
 )
 from lengthx.data.hub import load_hub_dataset
 from lengthx.data.provenance import file_label, hub_label, stdlib_label
-from lengthx.tasks.base import Example, Setting, hub_problem, missing_path
+from lengthx.tasks.base import Example, Setting, Task, hub_problem, missing_path
 
 if TYPE_CHECKING:
     import torch
@@ -75,7 +75,7 @@ def load_hf_documents(name: str = PG19, split: str = "test", field: str = "text"
     return [(str(r[title]) if title else f"{name}:{i}", r[field]) for i, r in enumerate(ds)]
 
 
-class LMTask:
+class LMTask(Task):
     """T5-LM perplexity: L_ex encoder tokens of a long document, the decoder scores the continuation."""
 
     name = "lm"

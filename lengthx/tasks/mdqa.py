@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from lengthx.data.fitting import bisect_largest, count_tokens, fit_to_tokens
 from lengthx.data.jsonl import DataFormatError, read_jsonl
 from lengthx.data.provenance import GENERATED, file_label
-from lengthx.tasks.base import Example, Setting, draw_items, missing_path
+from lengthx.tasks.base import Example, Setting, Task, draw_items, missing_path
 from lengthx.tasks.metrics import best_subspan_em
 
 if TYPE_CHECKING:
@@ -300,7 +300,7 @@ def _water_fill(lengths: list[int], budget: int) -> list[int]:
     return alloc
 
 
-class MDQATask:
+class MDQATask(Task):
     """Lost-in-the-Middle multi-document QA: N documents with the gold one at position i, best-subspan EM."""
 
     name = "mdqa"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from lengthx.data.fitting import count_tokens, fit_to_tokens
 from lengthx.data.provenance import SYNTHETIC
-from lengthx.tasks.base import Example, Setting
+from lengthx.tasks.base import Example, Setting, Task
 from lengthx.tasks.metrics import passkey_correct
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def case_prompt(case: PasskeyCase, n_garbage: int) -> str:
     return passkey_prompt(case.key, n_garbage, int(round(case.depth * n_garbage)))
 
 
-class PasskeyTask:
+class PasskeyTask(Task):
     """Passkey retrieval as a runnable task: seeded cases, fitted lengths, first-integer scoring."""
 
     name = "passkey"

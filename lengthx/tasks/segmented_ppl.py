@@ -24,7 +24,7 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any
 
-from lengthx.tasks.base import Setting
+from lengthx.tasks.base import Setting, Task
 
 if TYPE_CHECKING:
     import torch
@@ -93,7 +93,7 @@ def _sequence_nll(model: torch.nn.Module, input_ids: torch.Tensor) -> tuple[torc
     return nll, torch.full_like(nll, length - 1)
 
 
-class SegmentedPPLTask:
+class SegmentedPPLTask(Task):
     """Paper B's perplexity task: test sequences of a length, scored whole."""
 
     name = TASK_NAME

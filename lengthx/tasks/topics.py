@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from lengthx.data.fitting import count_tokens, fit_to_tokens
 from lengthx.data.jsonl import read_jsonl
 from lengthx.data.provenance import GENERATED, file_label
-from lengthx.tasks.base import Example, Setting, missing_path
+from lengthx.tasks.base import Example, Setting, Task, missing_path
 from lengthx.tasks.longeval_testcases import read_testcases, testcase_path, testcases_problem
 from lengthx.tasks.metrics import topic_correct
 from lengthx.tasks.topics_records import count_fits, fixed_count_record, minimal_tokens
@@ -258,7 +258,7 @@ def count_problem(task_cfg: Any, profile: str) -> str | None:
 _WORD_END = re.compile(r"\S+")
 
 
-class TopicsTask:
+class TopicsTask(Task):
     """LongEval topics: seeded multi-topic records, normalised-containment scoring of the first topic."""
 
     name = "topics"

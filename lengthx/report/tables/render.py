@@ -316,7 +316,7 @@ def table_notes(spec: TableSpec, rows: pd.DataFrame) -> list[str]:
         mine = rows[(rows["task"] == task) & rows["metric"].isin(metrics)] if not rows.empty else rows
         if cls is None or mine.empty:
             continue
-        stand_in = getattr(cls, "stand_in", {})
+        stand_in = cls.stand_in
         if "data" in mine.columns and stand_in:
             labels = mine["data"].fillna("").astype(str)
             for key, what in stand_in.items():
@@ -329,7 +329,7 @@ def table_notes(spec: TableSpec, rows: pd.DataFrame) -> list[str]:
                 notes.append(f"Data: {unknown} {task} row(s) do not name their data (written before results "
                              f"recorded it); a run without real data builds them from "
                              f"{' or '.join(stand_in.values())}.")
-        if getattr(cls, "score_note", None) and metrics & set(cls.metrics):
+        if cls.score_note and metrics & set(cls.metrics):
             notes.append(cls.score_note)
     return notes
 
