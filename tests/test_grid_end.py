@@ -9,8 +9,8 @@ import json
 import pytest
 
 from lengthx.alignment.algorithm1 import TEMPERATURE_GRID, align_temperature, temperature_grid
-from lengthx.core.runner import short_of_target
 from lengthx.core.store import SHORT_OF_TARGET, ResultsStore
+from lengthx.core.tau import short_of_target
 from lengthx.report.tables.reading import readings
 from lengthx.report.tables.render import UNALIGNED_NOTE
 from lengthx.report.tables.summary import summary_markdown

@@ -34,12 +34,17 @@ from tqdm.auto import tqdm
 from lengthx.alignment.algorithm1 import align_to, options_from_config, reference_statistic
 from lengthx.alignment.propositions import RULE_METHODS, rule_temperature
 from lengthx.attention.scaling import RowScale
-from lengthx.attention.temperature import clear_temperature, set_temperature
 from lengthx.config import CONF_DIR, choices
 from lengthx.core.cells import BEHAVIOUR_EXAMPLES, Cell, cell_hash, method_id
-from lengthx.core.runner import ALIGNED_TAU_RANGE, CACHE_FIELDS, cache_problem, calibration_file
 from lengthx.core.store import ResultsStore, read_json, write_json
 from lengthx.core.sweep import row_fields, sweep
+from lengthx.core.tau import (
+    alignment_info,
+    applied_temperature,
+    calibration_file,
+    keep_calibration,
+    read_calibration,
+)
 from lengthx.data.corpora import corpus_label
 from lengthx.models.loading import DIGESTS, load_model, load_tokenizer
 from lengthx.segmented import plan as segmented_plan
@@ -320,13 +325,9 @@ class PerplexityJob:
     def compute(self, cell: Cell, chash: str, start: float) -> list[dict[str, Any]]:
         loaded = self.model()
         tau = self.temperature(cell, chash)
-        modules = loaded.family.temperature_modules(loaded.model, str(self.cfg.method.scope)) if tau != 1.0 else []
-        set_temperature(modules, tau)
-        try:
+        with applied_temperature(loaded, tau, str(self.cfg.method.scope)):
             res = score_cell(loaded, self.task, cell.setting, self.store, cell.key, self.n,
                              int(self.cfg.get("batch_size") or 1), self.lengths, chash)
-        finally:
-            clear_temperature(modules)
         fields = self.row_fields(cell, chash, start)
         tau_text = tau.label if isinstance(tau, RowScale) else tau
         return [{**fields, "metric": m, "value": round(res[m], 4), "n": res["n"], "status": "ok", "tau": tau_text,
@@ -346,8 +347,7 @@ class PerplexityJob:
         scored; S̄_tr(1) at L_t, τ from the grid at L. Cached in ``calibration/`` under the cell's hash."""
         m, cal = self.cfg.method, self.cfg.calibration
         path = calibration_file(Path(self.cfg.results_dir), cell, m, {"cell_hash": chash})
-        cached = read_json(path, required=CACHE_FIELDS["aligned"],
-                           check=lambda obj: cache_problem(obj, {"cell_hash": chash}, *ALIGNED_TAU_RANGE))
+        cached = read_calibration(path, {"cell_hash": chash})
         if cached is not None:
             return float(cached["tau"])
         loaded, n = self.model(), int(cal.num_examples)
@@ -361,10 +361,8 @@ class PerplexityJob:
 
         target = reference_statistic(loaded, batches(self.l_t), options)
         result = align_to(loaded, batches(cell.setting.value), target, options)
-        write_json(path, {"cell": cell.key, "cell_hash": chash, "tau": result.tau, "target": result.target,
-                          "evaluated": {str(k): v for k, v in result.evaluated.items()},
-                          "forward_passes": result.forward_passes})
-        log.info("%s: τ=%s (%d forward passes)", cell.key, result.tau, result.forward_passes)
+        keep_calibration(path, {"cell": cell.key, "cell_hash": chash}, result.tau, alignment_info(result), cell.key,
+                         str(m.name))
         return result.tau
 
     def attention_medians(self) -> None:

@@ -9,8 +9,6 @@ records (docs/results.md).
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import math
 import time
@@ -22,7 +20,6 @@ from tqdm.auto import tqdm
 
 from lengthx.alignment.algorithm1 import (
     PAPER_TAU_MIN,
-    Alignment,
     CalibrationOptions,
     calibrate,
     calibrate_per_layer,
@@ -30,7 +27,6 @@ from lengthx.alignment.algorithm1 import (
 )
 from lengthx.alignment.propositions import RULE_METHODS, closed_form_temperature, rule_temperature
 from lengthx.attention.scaling import ROW_RULES, RowScale
-from lengthx.attention.temperature import clear_temperature, set_temperature
 from lengthx.config import examples_per_setting
 from lengthx.core.cells import RUNNABLE_METHODS, Cell, cell_hash, method_id, model_identity, task_behaviour
 from lengthx.core.length_limits import check_lengths
@@ -41,11 +37,16 @@ from lengthx.core.store import (
     check_own_name,
     read_json,
     remember,
-    safe_name,
-    temperature_problem,
-    write_json,
 )
 from lengthx.core.sweep import row_fields, sweep
+from lengthx.core.tau import (
+    alignment_info,
+    applied_temperature,
+    calibration_file,
+    keep_calibration,
+    read_calibration,
+    short_of_target,
+)
 from lengthx.models.families import get_family
 from lengthx.models.generation import chat_prompt, check_generates, encode, generate
 from lengthx.models.loading import DIGESTS, LoadedModel, load_model, load_tokenizer, model_fingerprint
@@ -54,56 +55,9 @@ from lengthx.tasks.base import CALIBRATION_RESERVE, truncated_example
 
 log = logging.getLogger("lengthx")
 
-# the range a cached τ must lie in: Algorithm 1 searches the grid 1.0 … 0.5 (paper A §4); the closed forms of
-# Propositions 1-2 may exceed 1, never by this much
-ALIGNED_TAU_RANGE = (0.0, 1.0)
-CLOSED_FORM_TAU_RANGE = (0.0, 10.0)
-
-
-def short_of_target(cached: dict[str, Any], mode: str, tau_min: float) -> bool:
-    """Whether a calibration (its cache entry: ``tau``, ``target``, ``evaluated``; per layer: lists of them) chose
-    a grid end without reaching its target (:meth:`lengthx.alignment.algorithm1.Alignment.short_of_target`)."""
-    taus, targets, evaluated = cached.get("tau"), cached.get("target"), cached.get("evaluated")
-    if not isinstance(taus, list):
-        taus, targets, evaluated = [taus], [targets], [evaluated]
-    for tau, target, ev in zip(taus, targets or [], evaluated or [], strict=False):
-        if not isinstance(ev, dict) or not isinstance(target, (int, float)):
-            continue
-        alignment = Alignment(float(tau), float(target), {float(k): float(v) for k, v in ev.items()},
-                              (tau_min, 1.0))
-        if alignment.short_of_target(mode):
-            return True
-    return False
-
-
-def calibration_file(results_dir: Path, cell: Cell, method_cfg: Any, key: dict[str, Any]) -> Path:
-    """Where Algorithm 1's τ for ``cell`` under cache ``key`` is kept: ``<results_dir>/calibration/``, named by
-    the cell, the method and a digest of the key."""
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
-    name = f"{cell.model}__{cell.task}__{cell.setting.label}__{method_id(method_cfg)}__{digest}.json"
-    return results_dir / "calibration" / safe_name(name)
-
-
-# what a cache of each kind records beside τ and its key: the statistic it aligned (Algorithm 1) or the layer-0
-# statistics of both lengths (Propositions 1-2)
-CACHE_FIELDS = {"aligned": ("tau", "target", "evaluated"), "closed_form": ("tau", "train", "extrapolation")}
-
 # calibration keys that entered the cache key after caches were written with these values (conf/run.yaml): a key
 # at this value stays out of it, so those caches keep their names, and any other value gets caches of its own
 LATER_KEYS = {"seed_offset": 100003, "reference_seed_offset": 200003}
-
-
-def cache_problem(obj: dict[str, Any], key: dict[str, Any], low: float, high: float) -> str | None:
-    """Why a calibration cache cannot stand for ``key`` (None when it can): τ out of (low, high], or an entry of
-    the key it records that differs from ``key`` (a file edited, or copied from another model or cell)."""
-    problem = temperature_problem(obj["tau"], low, high)
-    if problem is not None:
-        return problem
-    expected = json.loads(json.dumps(key, default=str))
-    for name, value in expected.items():
-        if obj.get(name) != value:
-            return f"records {name}={json.dumps(obj.get(name))[:80]}, not this cell's {json.dumps(value)[:80]}"
-    return None
 
 
 class Runner:
@@ -344,14 +298,11 @@ class Runner:
         return SHORT_OF_TARGET if short_of_target(cached, str(self.method.name), self.tau_min()) else ""
 
     def aligned_temperature_with_source(self, cell: Cell) -> tuple[float | list[float], Path, bool]:
-        """(τ, cache file, whether it came from the cache) of Algorithm 1 for this cell."""
+        """(τ, cache file, whether it came from the cache) of Algorithm 1 (or Propositions 1-2) for this cell."""
         m = self.method
         path, key = self.calibration_path(cell)
-        low, high = CLOSED_FORM_TAU_RANGE if m.name in ("prop1", "prop2") else ALIGNED_TAU_RANGE
-        # a damaged cache (not JSON, no τ or statistics, a τ out of range, another cell's key) is set aside and
-        # recomputed
-        fields = CACHE_FIELDS["closed_form" if m.name in ("prop1", "prop2") else "aligned"]
-        cached = read_json(path, required=fields, check=lambda obj: cache_problem(obj, key, low, high))
+        kind = "closed_form" if m.name in ("prop1", "prop2") else "aligned"
+        cached = read_calibration(path, key, kind)
         if cached is not None:
             return cached["tau"], path, True
         n, cal = int(self.cfg.calibration.num_examples), self.cfg.calibration
@@ -367,20 +318,14 @@ class Runner:
         elif m.get("per_layer", False):
             layers = calibrate_per_layer(self.loaded, reference, extra, self.calibration_options())
             tau: float | list[float] = [r.tau for r in layers]
-            info = {"target": [r.target for r in layers],
-                    "evaluated": [{str(k): v for k, v in r.evaluated.items()} for r in layers],
-                    "forward_passes": sum(r.forward_passes for r in layers)}
+            per = [alignment_info(r) for r in layers]  # one cache entry holds every layer's, as lists
+            info = {"target": [x["target"] for x in per], "evaluated": [x["evaluated"] for x in per],
+                    "forward_passes": sum(x["forward_passes"] for x in per)}
         else:
             result = calibrate(self.loaded, reference, extra, self.calibration_options())
-            tau = result.tau
-            info = {"target": result.target, "evaluated": {str(k): v for k, v in result.evaluated.items()},
-                    "forward_passes": result.forward_passes}
+            tau, info = result.tau, alignment_info(result)
         info["L_ex"] = sum(e.actual_tokens for e in extra_ex) / len(extra_ex)
-        problem = temperature_problem(tau, low, high)
-        if problem is not None:
-            raise ValueError(f"{cell.key}: {m.name} computed τ that {problem.removeprefix('has ')}; nothing cached")
-        write_json(path, {**key, "tau": tau, **info})
-        log.info("%s: τ=%s (%d forward passes)", cell.key, tau, info["forward_passes"])
+        keep_calibration(path, key, tau, info, cell.key, str(m.name), kind)
         return tau, path, False
 
     def cell_examples(self, setting: Setting) -> list[Example]:
@@ -428,19 +373,16 @@ class Runner:
         examples = self.cell_examples(cell.setting)
         tau = self.temperature(cell, examples)
         done = self.store.load_records(cell.key, repair=True)
-        modules = self.loaded.family.temperature_modules(self.loaded.model, self.method.scope) \
-            if tau != 1.0 else []
         tau_text = ";".join(f"{t:g}" for t in tau) if isinstance(tau, list) else tau
         tau_record = tau  # as records hold it (JSON): a per-row rule by its label, the τ metric that of the last row
         if isinstance(tau, RowScale):
             tau_text = tau_record = tau.label
-        set_temperature(modules, tau)
         scores: list[dict[str, float]] = []
         metric0 = self.task.metrics[0]
         likelihood = self.task.scoring == "likelihood"
         bs = max(1, int(self.cfg.batch_size))
         bar = tqdm(total=len(examples), desc=cell.key, unit="ex", leave=False)
-        try:
+        with applied_temperature(self.loaded, tau, str(self.method.scope)), bar:  # bar closed on an interrupt too
             todo = []
             index = {ex.id: i for i, ex in enumerate(examples)}  # each example's place in the seeded sequence
             for ex in examples:
@@ -470,9 +412,6 @@ class Runner:
                     scores.append(sc)
                 bar.update(len(chunk))
                 bar.set_postfix({metric0: f"{sum(s[metric0] for s in scores) / len(scores):.1f}"})
-        finally:
-            bar.close()  # also on an interrupt: the bar's line is cleared for the message after it
-            clear_temperature(modules)
         req = [e.requested_tokens for e in examples if e.requested_tokens is not None]
         base = self.row_fields(cell, chash, start)
         base.update(tau=tau_text, n=len(scores), L_req=round(sum(req) / len(req)) if req else "",
