@@ -8,7 +8,7 @@ export TOKENIZERS_PARALLELISM := false
 # The suite runs in one process per core (pytest-xdist, at most 4), each test file in one of them, one thread each.
 PYTEST_PARALLEL ?= -n auto --maxprocesses 4 --dist loadfile
 
-.PHONY: gpu-study-carry install test test-slurm test-fast test-triton demo bench gpu-wheels bench-gpu tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5 mini-t5-lm mini-t5-lm-study mini-t5-study mini-t5-counts-study mini-t5-lookup-study lint clean
+.PHONY: gpu-study-carry install test test-artifacts test-slurm test-fast test-triton demo bench gpu-wheels bench-gpu tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5 mini-t5-lm mini-t5-lm-study mini-t5-study mini-t5-counts-study mini-t5-lookup-study lint clean
 
 install: $(VENV)/.installed
 
@@ -33,6 +33,11 @@ test: install
 # skipped, naming what is missing, without slurm-wlm, munge and root. .ci/run installs them and runs this after `test`.
 test-slurm: install
 	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/test_slurm.py -m slurm; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
+
+# The checks of committed results, checkpoints, studies and docs alone (tests/artifacts/README.md); `make test` runs
+# them with the code tests.
+test-artifacts: install
+	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/artifacts $(PYTEST_PARALLEL); rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
 
 # The inner loop: the same, without the tests marked slow.
 test-fast: install

@@ -608,16 +608,6 @@ def test_two_processes_on_one_cell_compute_each_example_once(tiny_model_dir, tmp
     assert len(_ok_rows(res)) == 2
 
 
-# ---- the committed results ------------------------------------------------------------------------------------
-def test_every_committed_results_csv_reads_in_pandas():
-    files = sorted(ROOT.glob("results/**/results.csv"))
-    assert files
-    for path in files:
-        df = pd.read_csv(path)
-        assert list(df.columns) in (COLUMNS, COLUMNS[:-1]), path
-        assert pd.api.types.is_float_dtype(df["value"]), path
-
-
 def test_a_growing_schema_rewrites_the_header_at_once(tmp_path):
     """A results file with the older header (no data column) gets the current header, every older row an empty
     field, in one rename when a row of the current schema is written: pandas reads it whole."""

@@ -58,19 +58,6 @@ def test_without_a_snapshot_at_the_bar_the_fallback_takes_seed_0s_best_topics_at
     assert s.select(s.snapshots(tmp_path)).name == "seed1/step-01000"
 
 
-def test_study_md_is_rendered_from_the_committed_records():
-    if not (STUDY / "study.md").is_file():
-        pytest.fail("results/mini-t5-study/study.md is missing: run scripts/studies/study_mini_t5.py")
-    s = _script()
-    text, data = s.study(STUDY, list(s.DEFAULT_LENGTHS))
-    assert text == (STUDY / "study.md").read_text()
-    assert data["snapshots"], "no measured snapshot"
-    for snap in data["snapshots"]:
-        for task, cells in snap["tasks"].items():
-            for cell in cells.values():
-                assert cell["n"] >= 60, (snap["snapshot"], task, cell["n"])
-
-
 def test_device_agreement_counts_example_by_example(tmp_path):
     """The device-check section compares the records of one cell on two devices: a changed answer (and its
     score) in one store is counted as different, and an example of another cell hash is not compared."""

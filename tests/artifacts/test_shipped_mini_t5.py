@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-CKPT = Path(os.environ.get("LENGTHX_MINI_T5", Path(__file__).resolve().parents[1] / "lengthx/checkpoints/mini-t5"))
+CKPT = Path(os.environ.get("LENGTHX_MINI_T5", Path(__file__).resolve().parents[2] / "lengthx/checkpoints/mini-t5"))
 N = 50
 PASSKEY_SEED = 900_001  # training used string-seeded streams; its eval sets used 10_000+ and 500_000+
 LINES_SEED = 910_000
@@ -130,7 +130,7 @@ def test_the_shipped_checkpoint_is_the_snapshot_the_study_rule_picks():
     (``scripts/studies/study_mini_t5_counts.py``), and its card states the rule and names that snapshot."""
     from test_mini_t5_counts_study import _script
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     if CKPT != root / "lengthx/checkpoints/mini-t5":
         pytest.skip("LENGTHX_MINI_T5 points at another export")
     study = _script()
