@@ -148,6 +148,7 @@ def test_lengthx_figures_draws_whatever_ran_with_intervals(tmp_path):
     (fig,) = figs
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["20k\n2,702 tok", "30k\n4,054 tok"]
+    assert ax.get_ylabel() == "accuracy (%)"
     assert fig.texts[0].get_text().startswith("mini-gpt2 (for GPT-2-XL), passkey")
     bars = {}
     for container in ax.containers:
@@ -179,3 +180,21 @@ def test_paper_b_figure_2_names_the_minis_in_a_legend_off_the_curves(tmp_path):
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     assert ax.get_legend().get_window_extent(renderer).y1 <= ax.get_window_extent(renderer).y0
+
+
+def test_a_crowded_whatever_ran_figure_is_drawn_in_groups_that_each_read():
+    """Paper B's segmented_ppl of one mini holds 28 methods: each checkpoint with its τ rules, then the checkpoints
+    by training length with the untrained references in each; no group past ten, every method drawn."""
+    from lengthx.report.figures.ran import MOST_METHODS, method_groups
+
+    rules = ("entropy", "log", "logn", "longrope", "pmax", "ssmax", "yarn")
+    trained = [f"{r}@{at}" for r in ("chunk-0.125", "chunk-0.25", "chunk-0.5", "full", "prefix-0.25", "prefix-0.5")
+               for at in ("2L_t", "4L_t")]
+    methods = sorted(["pretrained", "ootb", *trained, *(f"{b}+{r}" for b in ("ootb", "chunk-0.25@4L_t") for r in rules)])
+    groups = dict(method_groups(methods))
+    assert sorted(groups) == ["at-2L_t", "at-4L_t", "chunk-0.25@4L_t+rules", "ootb+rules"]
+    assert all(len(m) <= MOST_METHODS for m in groups.values())
+    assert set().union(*groups.values()) == set(methods)
+    assert groups["ootb+rules"] == ["ootb", *(f"ootb+{r}" for r in rules)]
+    assert {"ootb", "pretrained"} <= set(groups["at-2L_t"]) and "full@4L_t" not in groups["at-2L_t"]
+    assert method_groups(["none", "log", "pmax"]) == [("", ["none", "log", "pmax"])]  # few: one figure as before

@@ -31,6 +31,31 @@ NOT_SCORES = ("tau",)
 ROUNDING = 5e-5  # a row's value is its examples' mean rounded to 4 decimals (lengthx.core.runner)  # a method's temperature is not a score of the task (the temperature figures draw it)
 
 
+AXIS = {"accuracy": "accuracy (%)", "exact_match": "exact match (%)", "edit_similarity": "edit similarity (%)",
+        "perplexity": "perplexity (lower is better)", "nll": "NLL per token (nats)",
+        "ppl": "perplexity (lower is better)", "ppl_tokens": "token-weighted perplexity (lower is better)"}
+MOST_METHODS = 10  # more methods than this in one figure: drawn in groups (:func:`method_groups`)
+
+
+def method_groups(methods: list[str]) -> list[tuple[str, list[str]]]:
+    """The methods of one figure, split when there are more than :data:`MOST_METHODS`: each checkpoint with the τ
+    rules applied to it (``ootb``, ``ootb+log``, …: paper B's checkpoints with paper A's rules), then the
+    checkpoints alone, by the length they were trained at (``…@2L_t``; the ones trained at no length, such as
+    ``pretrained`` and ``ootb``, in each as references). (group name, its methods); one unnamed group when few."""
+    if len(methods) <= MOST_METHODS:
+        return [("", methods)]
+    groups: list[tuple[str, list[str]]] = []
+    ruled = sorted({m.split("+", 1)[0] for m in methods if "+" in m})
+    for base in ruled:
+        groups.append((f"{base}+rules", [m for m in methods if m == base or m.startswith(base + "+")]))
+    plain = [m for m in methods if "+" not in m]
+    lengths = sorted({m.split("@", 1)[1] for m in plain if "@" in m})
+    references = [m for m in plain if "@" not in m]
+    if len(plain) <= MOST_METHODS or not lengths:
+        return [*groups, ("checkpoints", plain)] if plain else groups
+    return [*groups, *((f"at-{at}", [*references, *(m for m in plain if m.endswith("@" + at))]) for at in lengths)]
+
+
 def scored_rows(df: pd.DataFrame) -> pd.DataFrame:
     """The newest ``ok`` row of every scored cell: methods other than ``stats``, metrics other than τ."""
     ok = latest_ok(df)
@@ -72,8 +97,9 @@ def _file_part(name: str) -> str:
 
 
 def ran_figure(rows: pd.DataFrame, model: str, task: str, store: ResultsStore | None, out: Path,
-               save: Callable[[plt.Figure, Path, str], list[Path]]) -> list[Path]:
-    """One model's scores on one task (``rows``: :func:`scored_rows` of it) against the length, per method."""
+               save: Callable[[plt.Figure, Path, str], list[Path]], group: str = "") -> list[Path]:
+    """One model's scores on one task (``rows``: :func:`scored_rows` of it) against the length, per method
+    (``group``: which of :func:`method_groups` the rows are, named in the title and the file)."""
     metrics = sorted(rows["metric"].unique())
     settings = _settings(rows)
     position = {s: i for i, (s, _) in enumerate(settings)}
@@ -100,16 +126,18 @@ def ran_figure(rows: pd.DataFrame, model: str, task: str, store: ResultsStore | 
         ax.set_xticks(range(len(settings)),
                       [f"{s}\n{l_ex:,.0f} tok" if l_ex is not None else s for s, l_ex in settings])
         ax.set_xlabel("setting, as the task's tables label it; below it, the input length L_ex in tokens")
-        ax.set_ylabel(metric)
+        ax.set_ylabel(AXIS.get(metric, metric))
     l_tr = pd.to_numeric(rows["L_tr"], errors="coerce").dropna() if "L_tr" in rows.columns else pd.Series()
     name = run_name(model, int(l_tr.iloc[0]) if len(l_tr) else None)
     bars = "bars: 95% interval over the cell's examples; paired differences: the tables" if any(intervals.values()) \
         else "no intervals: no records"
-    fig.suptitle(f"{name}, {task}: what ran, per method ({bars})", fontsize=11)
+    what = f"what ran, {group.replace('+rules', ' with the τ rules').replace('at-', 'checkpoints trained at ')}" \
+        if group else "what ran"
+    fig.suptitle(f"{name}, {task}: {what}, per method ({bars})", fontsize=11)
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=10, frameon=False)
     fig.tight_layout()
-    return save(fig, out, f"ran_{_file_part(model)}_{_file_part(task)}")
+    return save(fig, out, f"ran_{_file_part(model)}_{_file_part(task)}" + (f"__{_file_part(group)}" if group else ""))
 
 
 def ran_figures(df: pd.DataFrame, store: ResultsStore | None, out: Path,
@@ -117,6 +145,8 @@ def ran_figures(df: pd.DataFrame, store: ResultsStore | None, out: Path,
     """:func:`ran_figure` for every (model, task) the store holds scores of."""
     rows = scored_rows(df)
     written: list[Path] = []
-    for (model, task), group in rows.groupby(["model", "task"]) if not rows.empty else []:
-        written += ran_figure(group, str(model), str(task), store, out, save)
+    for (model, task), cells in rows.groupby(["model", "task"]) if not rows.empty else []:
+        methods = sorted(cells["method"].unique(), key=lambda m: (m != "none", m))
+        for name, chosen in method_groups([str(m) for m in methods]):
+            written += ran_figure(cells[cells["method"].isin(chosen)], str(model), str(task), store, out, save, name)
     return written
