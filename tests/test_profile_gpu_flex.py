@@ -7,6 +7,9 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+import torch
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "scripts" / "bench" / "gpu"), str(ROOT / "scripts" / "bench")]
 
@@ -25,4 +28,11 @@ def test_smoke_profiles_the_sdpa_calls_and_names_the_flex_rows_it_skips(tmp_path
     assert cells["flex"]["status"].startswith("n/a") and cells["flex-nobias"]["status"].startswith("n/a")
     text = out.read_text()
     assert "| 64 | sdpa-view |" in text and "1.00x" in text
-    assert profile_gpu_flex.main(["--out", str(tmp_path / "x.md")]) == 2  # no CUDA: one line, exit 2
+
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the full profile runs (minutes): not a smoke test")
+def test_without_cuda_the_full_profile_is_one_line_and_exit_2(tmp_path, capsys):
+    assert profile_gpu_flex.main(["--out", str(tmp_path / "x.md")]) == 2
+    assert capsys.readouterr().err.strip() == "error: no CUDA device. Fix: run on a GPU, or --smoke"
+    assert not (tmp_path / "x.md").exists()
