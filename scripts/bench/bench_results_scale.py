@@ -24,6 +24,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -70,14 +71,22 @@ def grown_copy(dest: Path, rows: int, distinct: bool = False) -> Path:
     return dest
 
 
-def measured(argv: list[str], cwd: Path, env: dict[str, str], run: bool) -> tuple[float, float]:
+INF = float("inf")
+
+
+def measured(argv: list[str], cwd: Path, env: dict[str, str], run: bool,
+             limit: int | None = None) -> tuple[float, float]:
     """(CPU seconds, wall seconds) of one fresh process running ``argv`` to its end (CPU: the user + system time
-    the children of this process gained meanwhile); a run must report every cell done."""
+    the children of this process gained meanwhile); a run must report every cell done. With ``limit``, a process
+    that spends that many CPU seconds is stopped (SIGXCPU) and its times are returned as infinite (">")."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
+    cap = (lambda: resource.setrlimit(resource.RLIMIT_CPU, (limit, limit + 5))) if limit else None
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, preexec_fn=cap)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if limit and proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+        return float("inf"), float("inf")
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr[-800:]}")
     if run:
@@ -93,6 +102,8 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=200_000)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--compare-commit", default=None, help="also time the package as it was at this commit")
+    p.add_argument("--compare-limit", type=int, default=300,
+                   help="CPU seconds after which a command of the compared commit is stopped (shown as > N s)")
     p.add_argument("--out", default=str(ROOT / "results" / "bench" / "results_scale.md"))
     args = p.parse_args()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -105,6 +116,10 @@ def main() -> None:
             codes[args.compare_commit] = str(export_commit(args.compare_commit, tmp_path / "old"))
         grown = grown_copy(tmp_path / "grown", args.rows)
         distinct = grown_copy(tmp_path / "distinct", args.rows, distinct=True)
+        with open(distinct / "results.csv", newline="", encoding="utf-8") as fh:
+            rows_ = csv.reader(fh)
+            column = next(rows_).index("cell")
+            n_distinct = len({row[column] for row in rows_})
         folders: dict[tuple[str, str], Path] = {}
         for k, code in enumerate(codes):  # each code version reads copies of its own (its caches stay its own)
             folders[(code, "committed")] = Path(shutil.copytree(
@@ -112,18 +127,23 @@ def main() -> None:
                                                                                  *CACHES)))
             folders[(code, "grown")] = Path(shutil.copytree(grown, tmp_path / f"big{k}"))
             folders[(code, "distinct")] = Path(shutil.copytree(distinct, tmp_path / f"lab{k}"))
+        limits = {code: None if code == "this checkout" else args.compare_limit for code in codes}
         for code, path in codes.items():  # the first command of each on a grown copy with nothing beside it
             for name, argv in COMMANDS:
                 folder = Path(shutil.copytree(grown, tmp_path / "cold"))
                 cold[(code, name)] = measured([sys.executable, "-m", "lengthx.cli", *argv(folder)], tmp_path,
-                                              {**env, "PYTHONPATH": path}, name.startswith("run"))
+                                              {**env, "PYTHONPATH": path}, name.startswith("run"), limits[code])
                 shutil.rmtree(folder)
+        stopped: set[tuple[str, str, str]] = set()  # a command stopped at its limit is not run again
         for round_ in range(args.rounds + 1):  # the first round leaves each command's files and is not counted
             for code, path in codes.items():
                 for name, argv in COMMANDS:
                     for size in SIZES:
-                        took = measured([sys.executable, "-m", "lengthx.cli", *argv(folders[(code, size)])],
-                                        tmp_path, {**env, "PYTHONPATH": path}, name.startswith("run"))
+                        took = (INF, INF) if (code, name, size) in stopped else measured(
+                            [sys.executable, "-m", "lengthx.cli", *argv(folders[(code, size)])], tmp_path,
+                            {**env, "PYTHONPATH": path}, name.startswith("run"), limits[code])
+                        if took[0] == INF:
+                            stopped.add((code, name, size))
                         if round_:
                             times.setdefault((code, name, size), []).append(took)
     lines = [f"# Reading results.csv at {args.rows:,} rows", "",
@@ -138,8 +158,15 @@ def main() -> None:
                 (statistics.median(t[0] for t in times[(code, name, s)]),
                  statistics.median(t[1] for t in times[(code, name, s)])) for s in SIZES)
             cc, cw = cold[(code, name)]
-            lines.append(f"| {code} | {name} | {cpu_a:.1f} s | {cpu_b:.1f} s | {cpu_b / cpu_a:.1f}x | {cpu_c:.1f} s "
-                         f"| {wall_a:.1f} s | {wall_b:.1f} s | {wall_c:.1f} s | {cc:.1f} s / {cw:.1f} s |")
+            sec = lambda t: f"> {args.compare_limit} s" if t == INF else f"{t:.1f} s"  # noqa: E731
+            ratio = f"{cpu_b / cpu_a:.1f}x" if INF not in (cpu_a, cpu_b) else "–"
+            lines.append(f"| {code} | {name} | {sec(cpu_a)} | {sec(cpu_b)} | {ratio} | {sec(cpu_c)} "
+                         f"| {sec(wall_a)} | {sec(wall_b)} | {sec(wall_c)} | {sec(cc)} / {sec(cw)} |")
+    lines += ["", f"The distinct copy holds {n_distinct:,} distinct cells in its {args.rows:,} rows (copies of results/mini's "
+              "rows under other model names, two in five older versions of a cell a cell of its own, as in a lab's "
+              "store of many models and settings); the grown copy holds older configurations of results/mini's own "
+              "cells." + (f" A command of {args.compare_commit} that spent {args.compare_limit} s of CPU was stopped "
+                          "there (> N s) and not run again." if args.compare_commit else "")]
     Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
 
