@@ -17,12 +17,13 @@ from dataclasses import replace
 
 import pandas as pd
 
+from lengthx.report.tables.entries import STALE_MARK, Entry
 from lengthx.report.tables.spec import Column, TableSpec
 
 L_TR = "@L_tr"  # the setting label of the L_tr column (never a task's own label)
 L_TR_BAR = 50.0  # % on a right-or-wrong metric below which a model "does not do" a task at L_tr
 BAR_METRICS = ("accuracy", "exact_match")  # the metrics the bar applies to (edit similarity, perplexity: none)
-STALE_MARK = "‡"
+
 STALE_NOTE = (f"{STALE_MARK} stale: the cell was computed for a checkpoint, prompt or config that has since changed "
               "(`lengthx tables --check` names why); rerunning the command that computed it computes it afresh.")
 
@@ -106,19 +107,19 @@ def l_tr_notes(spec: TableSpec, ok: pd.DataFrame, intervals: dict, models: list[
     return out
 
 
-def mark_stale(cells: list[str], spec: TableSpec, model: str, method: str, stale: set[str] | frozenset[str]) -> list[str]:
-    """``cells`` of one row with :data:`STALE_MARK` on those whose cell key is in ``stale``."""
+def mark_stale(cells: list[Entry], spec: TableSpec, model: str, method: str,
+               stale: set[str] | frozenset[str]) -> None:
+    """Mark the cells of one row whose cell key is in ``stale`` (:data:`STALE_MARK`)."""
     if not stale:
-        return cells
-    old = [not c.average_of and f"{model}|{method}|{c.task}|{c.setting}" in stale for c in spec.columns]
-    return [f"{cell}{STALE_MARK}" if cell and mark else cell
-            for cell, mark in zip(cells, [*old, False][:len(cells)], strict=True)]
+        return
+    for e, c in zip(cells, spec.columns, strict=False):
+        e.stale = e.shown and not c.average_of and f"{model}|{method}|{c.task}|{c.setting}" in stale
 
 
 def notes_for(spec: TableSpec, ok: pd.DataFrame, intervals: dict, models: list[str], info: dict[str, dict[str, str]],
-              body: list[tuple[str, list[str], bool]]) -> list[str]:
+              body: list[tuple[str, list[Entry], bool]]) -> list[str]:
     """The captions of this module for one rendered table: L_tr, then the stale note where a cell is marked."""
     out = l_tr_notes(spec, ok, intervals, models, info)
-    if any(any(STALE_MARK in c for c in cells) for _, cells, _ in body):
+    if any(e.stale for _, cells, _ in body for e in cells):
         out.append(STALE_NOTE)
     return out

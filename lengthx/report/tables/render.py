@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 
 from lengthx.config import CONF_DIR
 from lengthx.core.store import SHORT_OF_TARGET, UNALIGNED_MARK, ResultsStore
+from lengthx.report.tables.entries import Entry, latex_text, plain
 from lengthx.report.tables.intervals import CellInterval, table_intervals
 from lengthx.report.tables.latest import CELL_KEY, latest_ok, warn_future_rows  # noqa: F401 - re-exported
 from lengthx.report.tables.marks import mark_stale, notes_for, row_average, with_l_tr
@@ -163,7 +164,7 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
         ok, notes = spec.derive(ok)
     intervals = table_intervals(store, ok, spec.tasks, {c.metric for c in spec.columns}, spec.paired_with) \
         if spec.intervals and store is not None else {}
-    paired: list[tuple[str, list[str], bool]] = []
+    paired: list[tuple[str, list[Entry], bool]] = []
     info = model_info()
     keys = list(zip(*(ok[c].astype(str).tolist() if c == "setting" else ok[c].tolist() for c in CELL_KEY),
                     strict=True)) if not ok.empty else []  # plain tuples: a lab's store has ~10^5 cells
@@ -191,7 +192,7 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
                     if t in tasks and mt in metrics} - set(spec.methods) - {"stats", "none"}) \
         if spec.extra_methods else []
     published = read_paper_table(spec) if compare_paper else []
-    body: list[tuple[str, list[str], bool]] = []  # (label, cells, is_model_row)
+    body: list[tuple[str, list[Entry], bool]] = []  # (label, cells, is_model_row)
     marked = False  # whether a cell carries UNALIGNED_MARK
     missing: list[str] = []
     compared: list[str] = []
@@ -206,7 +207,7 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
             else [(m, None, None) for m in spec.methods + tuple(extra)])
         first_is_model = not spec.rows and spec.methods[0] == "none"
         if not first_is_model:
-            body.append((display, [""] * (len(spec.columns) + spec.avg), True))
+            body.append((display, plain([""] * (len(spec.columns) + spec.avg)), True))
         group_rows: list[tuple[int, list[float | None]]] = []
         values_by_method: dict[str, list[float | None]] = {}
         for method, metric, row in plan:
@@ -222,27 +223,26 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
                 label = display if is_model else dict(spec.labels).get(method) or METHOD_LABELS.get(method, f"w/ {method}")
             group_rows.append((len(body), vals))
             cells = _cells(spec, vals, published, role, method, row, compare_paper)
-            marks = [model in short_models and not c.average_of
-                     and _lookup(short, spec, model, method, c.task, c.setting, metric or c.metric) is not None
-                     for c in spec.columns]
-            cells = [f"{cell}{UNALIGNED_MARK}" if cell and mark else cell
-                     for cell, mark in zip(cells, [*marks, False][:len(cells)], strict=True)]
-            marked = marked or (model in short_models and any(m and cell for m, cell in zip(marks, cells, strict=False)))
-            cells = mark_stale(cells, spec, model, method, stale)
+            if model in short_models:  # most models have no τ at Algorithm 1's grid end
+                for e, c in zip(cells, spec.columns, strict=False):
+                    e.grid_end = e.shown and not c.average_of and _lookup(
+                        short, spec, model, method, c.task, c.setting, metric or c.metric) is not None
+                marked = marked or any(e.grid_end for e in cells)
+            mark_stale(cells, spec, model, method, stale)
             if model in interval_models:
                 found = [_interval(intervals, spec, model, method, c, metric or c.metric) for c in spec.columns]
-                cells = [f"{c} [{_fmt(spec, iv.low)}, {_fmt(spec, iv.high)}]" if iv else c
-                         for c, iv in zip(cells, [*found, None][:len(cells)], strict=True)]
+                for e, iv in zip(cells, found, strict=False):
+                    e.interval = (_fmt(spec, iv.low), _fmt(spec, iv.high)) if iv else None
                 if any(iv is not None and iv.delta is not None for iv in found):
                     if not any(is_header and name == display for name, _, is_header in paired):
-                        paired.append((display, [""] * (len(spec.columns) + spec.avg), True))  # the model's group
-                    paired.append((label if not is_model else display, _deltas(spec, found) + [""] * spec.avg,
+                        paired.append((display, plain([""] * (len(spec.columns) + spec.avg)), True))  # its group
+                    paired.append((label if not is_model else display, plain(_deltas(spec, found) + [""] * spec.avg),
                                    False))
-            if usual is not None and model in unusual_models:  # a cell of another number of examples than the table's usual one says so
-                shown = [None if c.average_of else _lookup(counts, spec, model, method, c.task, c.setting,
-                                                            metric or c.metric) for c in spec.columns]
-                cells = [f"{c} (n={k})" if c and k is not None and k != usual else c
-                         for c, k in zip(cells, [*shown, None][:len(cells)], strict=True)]
+            if usual is not None and model in unusual_models:  # a cell of another count than the table's usual one
+                for e, c in zip(cells, spec.columns, strict=False):
+                    k = None if c.average_of else _lookup(counts, spec, model, method, c.task, c.setting,
+                                                          metric or c.metric)
+                    e.count = k if e.shown and k is not None and k != usual else None
             body.append((label, cells, is_model))
             if spec.improvement and method == spec.improvement[0] and spec.improvement[1] in values_by_method:
                 body.append(("Improvement", _improvement(spec, vals, values_by_method[spec.improvement[1]],
@@ -261,7 +261,7 @@ def render(spec: TableSpec, df: pd.DataFrame, compare_paper: bool = False,
         title = f"Paired difference to {base} on the same examples (mean, 95% interval)"
         markdown += "\n" + _markdown(spec, groups, headers, paired).replace(spec.title, title, 1)
     if usual is not None:
-        other = any("(n=" in c for _, cells, _ in body for c in cells)
+        other = any(e.count is not None for _, cells, _ in body for e in cells)
         markdown += (f"\nExamples per cell: n = {usual}" + ("; a cell marked (n=…) has another count" if other else "")
                      + ".\n")
     derived = f"{spec.derive_title}: {'; '.join(notes)}." if notes else ""
@@ -379,22 +379,21 @@ def _column_groups(spec: TableSpec) -> list[tuple[str, int]]:
 
 
 def _improvement(spec: TableSpec, vals: list[float | None], base: list[float | None],
-                 published: Published | None, role: str) -> list[str]:
+                 published: Published | None, role: str) -> list[Entry]:
     """The cells of an "Improvement" row: ``vals`` − ``base`` per column, beside the published row if given."""
     diff = [a - b if a is not None and b is not None else None for a, b in zip(vals, base, strict=True)]
-    cells = [_fmt(spec, d, signed=True) for d in diff]
+    cells = [Entry(_fmt(spec, d, signed=True)) for d in diff]
     if published is not None:
         cells = _beside_published(spec, cells, paper_values(published, role, "improvement", None))
     return cells
 
 
-def _beside_published(spec: TableSpec, cells: list[str], pub: list[str]) -> list[str]:
-    """``ours (published)`` per cell, the published value taken from the column ``spec.paper_column`` names."""
-    out = []
-    for i, c in enumerate(cells):
+def _beside_published(spec: TableSpec, cells: list[Entry], pub: list[str]) -> list[Entry]:
+    """``cells`` with the published value beside ours, taken from the column ``spec.paper_column`` names."""
+    for i, e in enumerate(cells):
         k = spec.paper_column(i)
-        out.append(f"{c or '–'} ({pub[k]})" if k < len(pub) and pub[k] else c)
-    return out
+        e.published = pub[k] if k < len(pub) and pub[k] else None
+    return cells
 
 
 INTERVAL_TEXT = {  # how the intervals of a table were drawn (lengthx.report.tables.intervals)
@@ -412,8 +411,8 @@ def _deltas(spec: TableSpec, found: list[CellInterval | None]) -> list[str]:
 
 
 def _cells(spec: TableSpec, vals: list[float | None], published: Published, role: str, method: str,
-           row: Row | None, compare_paper: bool) -> list[str]:
-    cells = [_fmt(spec, v) for v in vals]
+           row: Row | None, compare_paper: bool) -> list[Entry]:
+    cells = [Entry(_fmt(spec, v)) for v in vals]
     if compare_paper:
         cells = _beside_published(spec, cells, paper_values(published, role, method, row))
     return cells
@@ -431,9 +430,7 @@ def _bold_best(spec: TableSpec, body: list, group_rows: list[tuple[int, list[flo
         best = (min if spec.lower_is_better else max)(v for v, _ in cand)
         for v, i in cand:
             if v == best:
-                label, cells, is_model = body[i]
-                cells[j] = f"**{cells[j]}**"
-                body[i] = (label, cells, is_model)
+                body[i][1][j].bold = True
 
 
 def _latex(spec: TableSpec, groups, headers, body, notes: list[str] | None = None) -> str:
@@ -451,10 +448,9 @@ def _latex(spec: TableSpec, groups, headers, body, notes: list[str] | None = Non
     for i, (label, cells, is_model) in enumerate(body):
         if is_model and i > 0:
             lines.append(r"\midrule")
-        tex_cells = [c.replace(">1k", r"$>$1k") for c in cells]
-        tex_cells = [rf"\textbf{{{c[2:-2]}}}" if c.startswith("**") else c for c in tex_cells]
-        lines.append(" & ".join([label.replace("_", r"\_") if is_model else label, *tex_cells]) + r" \\")
-    caption = " ".join([spec.title, *(n.replace("_", r"\_") for n in notes or [])])
+        lines.append(" & ".join([label.replace("_", r"\_") if is_model else label, *(e.latex() for e in cells)])
+                     + r" \\")
+    caption = " ".join([latex_text(spec.title), *(latex_text(n.replace("_", r"\_")) for n in notes or [])])
     lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{caption}}}", r"\end{table}"]
     return "\n".join(lines) + "\n"
 
@@ -465,7 +461,7 @@ def _markdown(spec: TableSpec, groups, headers, body) -> str:
     lines = [f"**{spec.title}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, cells, is_model in body:
         name = f"**{label}**" if is_model else label
-        lines.append("| " + " | ".join([markdown_label(name), *cells]) + " |")
+        lines.append("| " + " | ".join([markdown_label(name), *(e.markdown() for e in cells)]) + " |")
     return "\n".join(lines) + "\n"
 
 
