@@ -46,7 +46,7 @@ from lengthx.core.tau import (
     read_calibration,
 )
 from lengthx.data.corpora import corpus_label
-from lengthx.models.loading import DIGESTS, load_model, load_tokenizer
+from lengthx.models.loading import load_model, load_tokenizer
 from lengthx.segmented import plan as segmented_plan
 from lengthx.segmented.lengths import LengthState, attention_histogram
 from lengthx.segmented.models import check_family
@@ -271,9 +271,7 @@ class PerplexityJob:
         self.task = build_task(cfg.task, profile, int(cfg.model.l_tr))
         self.l_t = int(self.task.l_t)
         self.method = cell_method(str(cfg.task.get("method_label") or method_label(cfg.model, self.l_t)), cfg.method)
-        DIGESTS.update(self.store.load_digests())  # the weights are hashed in full once per file version
-        self.fingerprint = checkpoint_fingerprint(cfg.model)
-        self.store.save_digests(DIGESTS)
+        self.fingerprint = self.store.fingerprinted(lambda: checkpoint_fingerprint(cfg.model))
         n = cfg.task.get("num_examples") or cfg.profile.get("num_examples") or cfg.task.get("paper_num_examples")
         self.n = int(n) if n else None
         self.lengths: LengthState | None = None

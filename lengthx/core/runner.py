@@ -49,7 +49,7 @@ from lengthx.core.tau import (
 )
 from lengthx.models.families import get_family
 from lengthx.models.generation import chat_prompt, check_generates, encode, generate
-from lengthx.models.loading import DIGESTS, LoadedModel, load_model, load_tokenizer, model_fingerprint
+from lengthx.models.loading import LoadedModel, load_model, load_tokenizer, model_fingerprint
 from lengthx.tasks import Example, Setting, build_task, resolve_settings
 from lengthx.tasks.base import CALIBRATION_RESERVE, truncated_example
 
@@ -77,9 +77,8 @@ class Runner:
                              "both reduce to the log rule: use method=log")
         self._loaded = loaded
         check_own_name(cfg.model, self.store.root)  # two own models under one name would share cells
-        DIGESTS.update(self.store.load_digests())  # the weights are hashed in full once per file version
-        self.weights = model_fingerprint(cfg.model.get("path"))  # part of every cell's and τ cache's key
-        self.store.save_digests(DIGESTS)
+        self.weights = self.store.fingerprinted(  # part of every cell's and τ cache's key
+            lambda: model_fingerprint(cfg.model.get("path")))
         self._tokenizer: Any = None
         self._behaviour: dict[tuple[str, int, str], str] = {}
         self._evaluation: tuple[tuple[str, int, str], list[Example]] | None = None  # the last setting's examples

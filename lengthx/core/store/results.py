@@ -36,7 +36,7 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -332,6 +332,17 @@ class ResultsStore:
     def digests_path(self) -> Path:
         """The weight files' SHA-256 by file version (:data:`lengthx.models.loading.DIGESTS`), kept across runs."""
         return self.root / ".cache" / "digests.json"
+
+    def fingerprinted(self, fingerprint: Callable[[], str]) -> str:
+        """``fingerprint()`` of a checkpoint with the weight digests earlier runs into this directory computed (the
+        weights are hashed in full once per file version, :data:`lengthx.models.loading.DIGESTS`), the new ones
+        kept here for later runs."""
+        from lengthx.models.loading import DIGESTS
+
+        DIGESTS.update(self.load_digests())
+        value = fingerprint()
+        self.save_digests(DIGESTS)
+        return value
 
     def load_digests(self) -> dict[str, str]:
         """The digests computed by earlier runs into this directory (a damaged file is set aside)."""
