@@ -14,7 +14,7 @@ from lengthx.core.store import UNALIGNED_MARK
 STALE_MARK = "‡"  # a cell computed for a checkpoint, prompt or config that has changed (lengthx.core.currency)
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     """One cell: ``text`` its number as the table prints it ("" when missing), then what the table says of it."""
 
@@ -33,10 +33,14 @@ class Entry:
 
     def markdown(self) -> str:
         """The cell in Markdown (and on the terminal)."""
+        if not (self.published or self.grid_end or self.stale or self.bold or self.interval or self.count is not None):
+            return self.text  # its number alone: most cells of a lab's table
         return self._emit(lambda t: t, "**{}**", STALE_MARK)
 
     def latex(self) -> str:
         """The cell in LaTeX: ``>`` in math, the stale mark as ``\\ddag``, bold as ``\\textbf``."""
+        if not (self.published or self.grid_end or self.stale or self.bold or self.interval or self.count is not None):
+            return self.text.replace(">", "$>$")
         return self._emit(lambda t: t.replace(">", "$>$"), "\\textbf{{{}}}", "\\ddag{}")
 
     def _emit(self, escape: Callable[[str], str], bold: str, stale: str) -> str:
