@@ -14,11 +14,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+
 def run_command(args: list[str]) -> subprocess.CompletedProcess:
     """``lengthx <args>`` in this process, as its own process would run it (conftest.in_process: what is tested
     is the command's answer, not its process; the imports are paid once)."""
     return in_process(["lengthx", *args], OMP_NUM_THREADS="1")
 
+
+@pytest.mark.slow  # 25 s in the suite's recorded durations: it composes every recorded command again
 def test_the_committed_mini_results_are_current():
     """`lengthx tables --check` on the committed results/mini: every paper A cell the tables show is what the
     current code and shipped checkpoints compute (paper B's cells are unverifiable: they score runs not shipped)."""

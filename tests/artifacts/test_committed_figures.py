@@ -8,6 +8,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "mini"
 
+
 def test_committed_figures_agree_with_the_committed_tables():
     """Every temperature figure and the τ-vs-segmented figure of results/mini draw the rows and values its table
     prints (lengthx.report.figures.consistency)."""

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 STUDY = ROOT / "results" / "mini-t5-counts"
 
+
 def _script():
     sys.path.insert(0, str(ROOT / "scripts" / "studies"))
     spec = importlib.util.spec_from_file_location("study_mini_t5_counts", ROOT / "scripts" / "studies" / "study_mini_t5_counts.py")
@@ -22,6 +23,7 @@ def _script():
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
 
 @pytest.mark.skipif(not (STUDY / "study.md").is_file(), reason="the study has not been rendered yet")
 def test_study_md_is_rendered_from_the_committed_records():
@@ -31,6 +33,7 @@ def test_study_md_is_rendered_from_the_committed_records():
     picked = s.select(s.snapshots(STUDY))
     assert data["picked"] == (picked.name if picked else None)
 
+
 @pytest.mark.skipif(not (STUDY / "headline.md").is_file(), reason="the study has not been rendered yet")
 def test_headline_md_is_rendered_from_the_committed_records():
     s = _script()
@@ -38,6 +41,7 @@ def test_headline_md_is_rendered_from_the_committed_records():
     text = (STUDY / "headline.md").read_text()
     assert s.headline(data["snapshots"]) == text
     assert not any(f"| {x['snapshot']} |" in text for x in data["snapshots"] if not x["meets_bar"])
+
 
 def test_the_demo_slice_is_the_shipped_snapshots_largest_tau_1_fall_at_a_handled_count():
     """make demo's DEMO_K and DEMO_LENGTH follow its rule (Makefile): among K = 1, 3, 5 at 4x and 10x L_tr on the
@@ -52,6 +56,7 @@ def test_the_demo_slice_is_the_shipped_snapshots_largest_tau_1_fall_at_a_handled
     falls = {(kk, int(n)): cell["vs_l_tr"][0] for kk in (1, 3, 5)
              for n, cell in shipped["variants"][f"topics K={kk}"].items() if int(n) in (1024, 2560)}
     assert len(falls) == 6 and min(falls, key=falls.get) == (k, length)
+
 
 def test_owed_lists_each_resolved_paper_rule_difference_not_yet_replicated():
     """A paper rule whose Δ excludes 0 past L_tr, a gain or a cost, is owed a replication at task seed 7 until that

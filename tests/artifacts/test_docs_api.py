@@ -11,6 +11,7 @@ import lengthx
 
 ROOT = Path(__file__).resolve().parents[2]
 
+
 def test_docs_api_lists_every_public_name_with_its_paper_reference():
     """docs/api.md has one row per public name, each citing the paper section (or the docs) it implements."""
     rows = {}
@@ -22,11 +23,13 @@ def test_docs_api_lists_every_public_name_with_its_paper_reference():
     for name in lengthx.__all__:
         assert re.search(r"(paper [AB]|docs/)", rows[name]), rows[name]
 
+
 def readme_python_api_code() -> str:
     """The code block of the README's "Python API" section."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     section = text.split("\n## Python API", 1)[1].split("\n## ", 1)[0]
     return section.split("```python\n", 1)[1].split("\n```", 1)[0]
+
 
 def test_readme_example_is_ten_to_fifteen_lines():
     lines = [line for line in readme_python_api_code().splitlines() if line.strip() and not line.startswith("#")]

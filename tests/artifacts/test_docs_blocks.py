@@ -16,12 +16,15 @@ ROOT = Path(__file__).resolve().parents[2]
 CHECKED = ["README.md", "docs/usage.md", "docs/protocol.md", "docs/results-paper-a.md", "docs/results-paper-b.md",
            "docs/cluster.md", "docs/architecture.md"]
 
+
 def markdown_files() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
 
 def checked() -> list[str]:
     with_sources = [str(p.relative_to(ROOT)) for p in markdown_files() if "<!-- lengthx:sources" in p.read_text()]
     return sorted(set(CHECKED) | set(with_sources))
+
 
 @pytest.mark.parametrize("name", checked())
 def test_every_number_of_the_readme_prose_is_printed_by_a_file_of_its_section(name):
@@ -32,6 +35,7 @@ def test_every_number_of_the_readme_prose_is_printed_by_a_file_of_its_section(na
 
     assert (ROOT / name).is_file(), name
     assert unbacked_numbers(ROOT / name) == []
+
 
 def test_make_reproduce_mini_refreshes_every_markdown_file_with_a_block():
     """Every Markdown file holding a ``<!-- lengthx:include … -->`` block is in the Makefile's MARKDOWN_BLOCKS,

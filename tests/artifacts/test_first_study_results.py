@@ -14,12 +14,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 STUDY = ROOT / "results" / "mini-t5-study"
 
+
 def _script():
     spec = importlib.util.spec_from_file_location("study_mini_t5", ROOT / "scripts" / "studies" / "study_mini_t5.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
 
 def test_study_md_is_rendered_from_the_committed_records():
     if not (STUDY / "study.md").is_file():

@@ -19,6 +19,7 @@ DECODER_MINIS = ("mini-gpt2", "mini-pythia", "mini-bloom")
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+
 def compose_run(*overrides: str):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -29,6 +30,7 @@ def compose_run(*overrides: str):
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return compose(config_name="run", overrides=list(overrides))
+
 
 def test_shipped_decoder_minis_are_small_fp16_and_documented():
     total = 0
@@ -43,6 +45,7 @@ def test_shipped_decoder_minis_are_small_fp16_and_documented():
             assert f"{meta[key]:.2f}" in card
         assert meta["ppl"] < meta["unigram_ppl"] / 3 and meta["l_t"] == 128
     assert total <= 20 * 2**20
+
 
 @pytest.mark.parametrize("name", DECODER_MINIS)
 def test_shipped_decoder_mini_beats_unigram_on_held_out_files(name):

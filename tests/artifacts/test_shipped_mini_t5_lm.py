@@ -15,9 +15,11 @@ CKPT = ROOT / "lengthx" / "checkpoints" / "mini-t5-lm"
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+
 @pytest.fixture(scope="module")
 def meta() -> dict:
     return json.loads((CKPT / "lengthx_mini.json").read_text())
+
 
 def test_shipped_checkpoint_is_small_fp16_and_its_card_quotes_the_measured_numbers(meta):
     config = json.loads((CKPT / "config.json").read_text())
@@ -28,6 +30,7 @@ def test_shipped_checkpoint_is_small_fp16_and_its_card_quotes_the_measured_numbe
     for key, fmt in (("ppl", ".3f"), ("em", ".1f"), ("es", ".1f")):
         assert f"{meta[key]:{fmt}}" in card
     assert meta["steps"] == 3000 and meta["l_tr"] == 128 and meta["continuation"] == 64
+
 
 @pytest.mark.slow
 def test_held_out_numbers_at_l_tr_match_the_model_card(meta):
