@@ -3,7 +3,6 @@ checkpoints or docs are out of step with the code, not when the code breaks."""
 
 from __future__ import annotations
 
-# ---- from tests/test_currency.py
 import subprocess
 from pathlib import Path
 

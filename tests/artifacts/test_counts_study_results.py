@@ -3,26 +3,13 @@ checkpoints or docs are out of step with the code, not when the code breaks."""
 
 from __future__ import annotations
 
-# ---- from tests/test_mini_t5_counts_study.py
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from test_mini_t5_counts_study import STUDY, _script
 
 ROOT = Path(__file__).resolve().parents[2]
-
-STUDY = ROOT / "results" / "mini-t5-counts"
-
-
-def _script():
-    sys.path.insert(0, str(ROOT / "scripts" / "studies"))
-    spec = importlib.util.spec_from_file_location("study_mini_t5_counts", ROOT / "scripts" / "studies" / "study_mini_t5_counts.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.skipif(not (STUDY / "study.md").is_file(), reason="the study has not been rendered yet")

@@ -3,27 +3,16 @@ checkpoints or docs are out of step with the code, not when the code breaks."""
 
 from __future__ import annotations
 
-# ---- from tests/test_readme_blocks.py
 import re
 from pathlib import Path
 
 import pytest
+from test_readme_blocks import checked, markdown_files  # the code tests' list of checked docs
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # the Markdown files whose prose numbers must each be printed by a file of their section: the README and the docs
 # that hold its reference and results; any other doc that names sources (`<!-- lengthx:sources … -->`) joins them
-CHECKED = ["README.md", "docs/usage.md", "docs/protocol.md", "docs/results-paper-a.md", "docs/results-paper-b.md",
-           "docs/cluster.md", "docs/architecture.md"]
-
-
-def markdown_files() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-
-
-def checked() -> list[str]:
-    with_sources = [str(p.relative_to(ROOT)) for p in markdown_files() if "<!-- lengthx:sources" in p.read_text()]
-    return sorted(set(CHECKED) | set(with_sources))
 
 
 @pytest.mark.parametrize("name", checked())

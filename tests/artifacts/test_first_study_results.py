@@ -3,24 +3,12 @@ checkpoints or docs are out of step with the code, not when the code breaks."""
 
 from __future__ import annotations
 
-# ---- from tests/test_mini_t5_study.py
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from test_mini_t5_study import STUDY, _script
 
 ROOT = Path(__file__).resolve().parents[2]
-
-STUDY = ROOT / "results" / "mini-t5-study"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("study_mini_t5", ROOT / "scripts" / "studies" / "study_mini_t5.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_study_md_is_rendered_from_the_committed_records():

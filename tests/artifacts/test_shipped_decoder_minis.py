@@ -3,33 +3,15 @@ checkpoints or docs are out of step with the code, not when the code breaks."""
 
 from __future__ import annotations
 
-# ---- from tests/test_minis.py
 import json
 import math
-from pathlib import Path
 
 import pytest
+from test_minis import CHECKPOINTS, DECODER_MINIS, compose_run
 
-from lengthx.models import minis
 from lengthx.models.minis import apply_profile
 
-CHECKPOINTS = Path(minis.__file__).resolve().parents[1] / "checkpoints"
-
-DECODER_MINIS = ("mini-gpt2", "mini-pythia", "mini-bloom")
-
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def compose_run(*overrides: str):
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from lengthx.config import CONF_DIR, register_resolvers
-
-    register_resolvers()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return compose(config_name="run", overrides=list(overrides))
 
 
 def test_shipped_decoder_minis_are_small_fp16_and_documented():

@@ -14,9 +14,23 @@ its modules are named by concern:
 
 from __future__ import annotations
 
+from lengthx.core.provenance import git_commit, now, versions
+from lengthx.core.store.cache import file_version
 from lengthx.core.store.done_memo import MEMO_DIR, finished_cells, memo_key, remember
+from lengthx.core.store.files import (
+    StoreError,
+    append_bytes,
+    make_dirs,
+    read_json,
+    refuse_link,
+    side_file,
+    write_atomic,
+    write_json,
+)
 from lengthx.core.store.merge import merge_store, merge_tree, stores_under
-from lengthx.core.store.results import (
+from lengthx.core.store.repair import set_aside_torn_tail
+from lengthx.core.store.results import STORE_FOLDERS, ResultsStore, first_records, safe_name
+from lengthx.core.store.schema import (
     BOM,
     COLUMNS,
     HEADER,
@@ -24,30 +38,13 @@ from lengthx.core.store.results import (
     NUMERIC_COLUMNS,
     SHORT_OF_TARGET,
     STATUSES,
-    STORE_FOLDERS,
     TEXT_COLUMNS,
     UNALIGNED_MARK,
-    ResultsStore,
-    StoreError,
-    append_bytes,
     csv_problem,
     csv_text,
-    file_version,
-    first_records,
-    git_commit,
-    make_dirs,
-    now,
     parse_rows,
-    read_json,
-    refuse_link,
     row_problem,
-    safe_name,
-    set_aside_torn_tail,
-    side_file,
     temperature_problem,
-    versions,
-    write_atomic,
-    write_json,
 )
 from lengthx.core.store.sources import check_own_name, job_overrides, read_sources, record_sources
 

@@ -44,7 +44,6 @@ from typing import Any
 import pandas as pd
 from filelock import FileLock
 
-from lengthx.core.provenance import git_commit, now, versions
 from lengthx.core.store.cache import (
     cached_frame,
     cached_records,
@@ -61,8 +60,6 @@ from lengthx.core.store.files import (
     make_dirs,
     read_json,
     refuse_link,
-    side_file,
-    write_atomic,
     write_json,
 )
 from lengthx.core.store.mounts import node_local_locks, on_a_cluster
@@ -77,28 +74,16 @@ from lengthx.core.store.schema import (
     BOM,
     COLUMNS,
     HEADER,
-    LEGACY_COLUMNS,
-    NUMERIC_COLUMNS,
-    SHORT_OF_TARGET,
     STATUSES,
     TEXT_COLUMNS,
-    UNALIGNED_MARK,
     csv_problem,
     csv_text,
     missing,
     parse_rows,
     record_problem,
     row_problem,
-    temperature_problem,
 )
 from lengthx.core.store.sidecar import data_digest, load_copy, save_copy
-
-__all__ = [
-    "BOM", "COLUMNS", "HEADER", "LEGACY_COLUMNS", "NUMERIC_COLUMNS", "SHORT_OF_TARGET", "STATUSES", "STORE_FOLDERS",
-    "TEXT_COLUMNS", "UNALIGNED_MARK", "ResultsStore", "StoreError", "append_bytes", "csv_problem", "csv_text",
-    "file_version", "first_records", "git_commit", "make_dirs", "now", "parse_rows", "read_json", "refuse_link", "row_problem",
-    "safe_name", "set_aside_torn_tail", "side_file", "temperature_problem", "versions", "write_atomic", "write_json",
-]
 
 log = logging.getLogger("lengthx")
 
