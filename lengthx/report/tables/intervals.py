@@ -19,10 +19,11 @@ between binomial proportions based on paired data", method 10).
 Only records written under the row's own ``config_hash`` count, the first ``n`` of them (the row's count), so an
 interval always belongs to the value beside it.
 
-A table's intervals are kept in ``<results>/.cache/intervals/<fingerprint>.json``, named by a fingerprint of everything they are
-drawn from (each cell's row, its records file's version, the baseline and this module's source), so the next
-command that shows the same cells reads them instead of parsing every records file and resampling again; any
-change to a records file, a row or this code is a new fingerprint.
+A table's intervals are kept in ``<results>/.cache/intervals/<fingerprint>.json``, named by a fingerprint of
+everything they are drawn from (each cell's row, its records file's version, the baseline, and the source of this
+module and of the store's choice of a cell's records), so the next command that shows the same cells reads them
+instead of parsing every records file and resampling again; any change to a records file, a row or this code is a
+new fingerprint.
 """
 
 from __future__ import annotations
@@ -161,7 +162,8 @@ def table_intervals(store: ResultsStore, ok: pd.DataFrame, tasks: set[str], metr
 
 
 CACHED_TABLES = 64  # fingerprints kept in .cache/intervals/ (every table of both papers, and the summary's)
-_SOURCE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+# the code an interval is drawn by: this module, and the store's choice of a cell's first n records
+_SOURCE = hashlib.sha256(Path(__file__).read_bytes() + Path(first_records.__code__.co_filename).read_bytes()).hexdigest()
 
 
 def _intervals(store: ResultsStore, listed: list, baseline: str) -> dict[Key, CellInterval]:
