@@ -98,6 +98,15 @@ def test_a_tables_intervals_are_kept_and_redrawn_when_a_record_changes(tmp_path)
     assert len(list((tmp_path / ".cache" / "intervals").glob("*.json"))) == 2
 
 
+def test_intervals_are_drawn_where_their_cache_cannot_be_written(tmp_path):
+    store = ResultsStore(tmp_path)
+    _cell(store, "none", "1024", [10.0, 12.0, 30.0, 14.0], "h-none")
+    (tmp_path / ".cache").mkdir(exist_ok=True)
+    (tmp_path / ".cache" / "intervals").write_text("a file where the cache's folder would be")
+    got = table_intervals(store, latest_ok(store.read()), {"lm"}, {"perplexity"})
+    assert got[("m", "none", "lm", "1024", "perplexity")].n == 4
+
+
 def _score_bound(k: int, n: int, z: float, upper: bool) -> float:
     """The Wilson bound found independently: bisection on the score test's boundary."""
     p_hat = k / n

@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from lengthx.core.frames import rows as frame_rows
-from lengthx.core.store import ResultsStore, file_version, first_records, read_json, write_json
+from lengthx.core.store import ResultsStore, StoreError, file_version, first_records, read_json, write_json
 
 LEVEL = 0.95
 
@@ -148,16 +148,21 @@ def table_intervals(store: ResultsStore, ok: pd.DataFrame, tasks: set[str], metr
     sources = [[str(v) for v in r] + [list(file_version(store.records_path(str(r.cell))) or ())] for r in listed]
     fingerprint = hashlib.sha256(json.dumps([baseline, N_BOOT, LEVEL, _SOURCE, sources]).encode()).hexdigest()
     folder = store.root / ".cache" / "intervals"
-    kept = read_json(folder / f"{fingerprint[:32]}.json", required=("intervals",))
+    try:
+        kept = read_json(folder / f"{fingerprint[:32]}.json", required=("intervals",))
+    except OSError:  # the cache's place is not a folder: draw them
+        kept = None
     if kept is not None:
         return {tuple(k): CellInterval(*v) for k, v in kept["intervals"]}  # type: ignore[misc]
     out = _intervals(store, listed, baseline)
-    if store.root.is_dir():
+    try:  # a cache: a results place this process cannot write to is read all the same
         write_json(folder / f"{fingerprint[:32]}.json",
                    {"intervals": [[list(k), list(astuple(v))] for k, v in out.items()]})
         by_age = sorted(folder.glob("*.json"), key=lambda f: f.stat().st_mtime_ns)
         for old in by_age[:-CACHED_TABLES]:  # a bounded folder: the newest tables' intervals
             old.unlink(missing_ok=True)
+    except (OSError, StoreError):
+        pass
     return out
 
 
