@@ -179,14 +179,18 @@ class DecoderRecipe:
 
 
 def pretrain(family: str, args: argparse.Namespace, tokenizer: PreTrainedTokenizerBase, seqs: list[torch.Tensor],
-             unigram: tuple[float, float]) -> dict[str, Any]:
-    """Train (or resume) one mini, export it and return its card's numbers."""
+             unigram: tuple[float, float]) -> dict[str, Any] | None:
+    """Train (or resume) one mini, export it and return its card's numbers (None: stopped at ``--stop-step``)."""
     name, _config_model, pe, stands_for = MINIS[family]
     recipe = DecoderRecipe(family, args, tokenizer)
     loop = TrainingLoop(recipe.work / "train", recipe.model, recipe.optimizer, recipe,
-                        Box(recipe.plan.steps, save_every_steps=250), {"step": 0, "seconds": 0.0, "curve": []})
+                        Box(recipe.plan.steps, stop_step=args.stop_step, save_every_steps=250),
+                        {"step": 0, "seconds": 0.0, "curve": []})
     loop.resume()
     loop.run()
+    if args.stop_step is not None and loop.step == args.stop_step < recipe.plan.steps:
+        print(f"{name}: stopped at step {loop.step} (--stop-step); rerun without it to resume", flush=True)
+        return None
     if loop.step < recipe.plan.steps:
         raise RuntimeError(f"{name}: training stopped at step {loop.step}; rerun to resume")
     out = Path(args.out) / name
@@ -250,6 +254,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=str(REPO / "lengthx" / "checkpoints"))
     p.add_argument("--summary", default=str(REPO / "results" / "mini" / "minis.md"))
     p.add_argument("--quiet", action="store_true", help="kept for the cards' commands (the loop logs no bar)")
+    p.add_argument("--stop-step", type=int, default=None,
+                   help="stop each mini after this step without changing its schedule (a rerun without it resumes)")
     return p
 
 
@@ -270,7 +276,7 @@ def main(argv: list[str] | None = None) -> None:
     seqs = held_out_sequences(tokenizer, args.l_t, args.eval_sequences)
     unigram = unigram_perplexity(train_docs["text"], tokenizer, seqs)
     metas = [pretrain(f, args, tokenizer, seqs, unigram) for f in args.families]
-    done = {m["name"]: m for m in metas}
+    done = {m["name"]: m for m in metas if m is not None}
     for name, *_rest in MINIS.values():  # keep the other minis' lines in the summary
         meta_file = Path(args.out) / name / "lengthx_mini.json"
         if name not in done and meta_file.is_file():
