@@ -176,11 +176,12 @@ class TrainingLoop:
 def _half(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """fp16 copies of the floating-point entries on the CPU; entries that share storage (tied embeddings) share
     their copy, so it is saved once."""
-    copies: dict[int, torch.Tensor] = {}
+    copies: dict[tuple[Any, ...], torch.Tensor] = {}
+    same = lambda v: (v.data_ptr(), v.shape, v.stride(), v.dtype)  # noqa: E731 - the same tensor, not a view of it
     for v in weights.values():
-        if v.data_ptr() not in copies:
-            copies[v.data_ptr()] = v.detach().to("cpu", torch.float16 if v.is_floating_point() else v.dtype)
-    return {k: copies[v.data_ptr()] for k, v in weights.items()}
+        if same(v) not in copies:
+            copies[same(v)] = v.detach().to("cpu", torch.float16 if v.is_floating_point() else v.dtype)
+    return {k: copies[same(v)] for k, v in weights.items()}
 
 
 def _atomic_save(obj: dict[str, Any], path: Path) -> None:

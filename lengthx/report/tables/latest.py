@@ -53,9 +53,9 @@ def _latest_ok(df: pd.DataFrame) -> pd.DataFrame:
     keep = np.ones(len(ok), dtype=bool)
     if "config_hash" in df.columns:  # the newest configuration of each cell: the one of its last ok row
         config = pd.factorize(df["config_hash"].iloc[ok], use_na_sentinel=False)[0]
-        newest = np.empty(key.max() + 1 if len(key) else 0, dtype=config.dtype)
-        newest[key] = config  # fancy assignment: the last row of each key wins
-        keep = config == newest[key]
+        last = np.full(key.max() + 1 if len(key) else 0, -1)
+        np.maximum.at(last, key, np.arange(len(key)))  # each key's last ok row (unbuffered: defined for repeats)
+        keep = config == config[last][key]
     n = (pd.to_numeric(df["n"].iloc[ok], errors="coerce").fillna(-1).to_numpy(dtype=float) if "n" in df.columns
          else np.zeros(len(ok)))
     rows, key, n = ok[keep], key[keep], n[keep]
