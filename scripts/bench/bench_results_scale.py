@@ -147,7 +147,8 @@ def main() -> None:
                         if round_:
                             times.setdefault((code, name, size), []).append(took)
     lines = [f"# Reading results.csv at {args.rows:,} rows", "",
-             f"`python scripts/bench/bench_results_scale.py{' --compare-commit ' + args.compare_commit if args.compare_commit else ''}` "
+             f"`python scripts/bench/bench_results_scale.py --rounds {args.rounds}"
+             f"{f' --compare-commit {args.compare_commit} --compare-limit {args.compare_limit}' if args.compare_commit else ''}` "
              f"(rounds: {args.rounds}, after one not counted; one thread; medians; CPU = user + system seconds of "
              "the process, its time on one core).", "",
              "| code | command | committed CPU | grown CPU | ratio | distinct cells CPU | committed wall | grown wall "
