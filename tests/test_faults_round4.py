@@ -111,7 +111,7 @@ def test_perplexity_and_runs_build_algorithm_1s_options_alike():
         ("pmax", "decoder", "bisect", 4, 0.2)
     assert options_from_config(OmegaConf.create({"name": "entropy"}), OmegaConf.create({})).tau_min == PAPER_TAU_MIN
     source = (Path(__file__).resolve().parents[1] / "lengthx" / "core" / "perplexity.py").read_text()
-    assert "calibration_options(" in source and "CalibrationOptions(" not in source  # lengthx.core.tau
+    assert "options_from_config(" in source and "CalibrationOptions(" not in source
 
 
 

@@ -46,4 +46,4 @@ def test_run_and_paper_b_perplexity_share_the_lifecycle():
         source = inspect.getsource(module)
         assert "applied_temperature(" in source and "set_temperature(" not in source, module.__name__
         assert "read_calibration(" in source and "keep_calibration(" in source, module.__name__
-        assert "calibration_options(" in source and "options_from_config(" not in source, module.__name__
+        assert "options_from_config(" in source, module.__name__

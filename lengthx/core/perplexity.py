@@ -31,7 +31,7 @@ import torch
 from omegaconf import OmegaConf, open_dict
 from tqdm.auto import tqdm
 
-from lengthx.alignment.algorithm1 import align_to, reference_statistic
+from lengthx.alignment.algorithm1 import align_to, options_from_config, reference_statistic
 from lengthx.alignment.propositions import RULE_METHODS, rule_temperature
 from lengthx.attention.scaling import RowScale
 from lengthx.config import CONF_DIR, choices
@@ -42,7 +42,6 @@ from lengthx.core.tau import (
     alignment_info,
     applied_temperature,
     calibration_file,
-    calibration_options,
     keep_calibration,
     read_calibration,
 )
@@ -350,7 +349,7 @@ class PerplexityJob:
         if cached is not None:
             return float(cached["tau"])
         loaded, n = self.model(), int(cal.num_examples)
-        options = calibration_options(m, cal)
+        options = options_from_config(m, cal)
 
         def batches(length: int) -> list[dict[str, torch.Tensor]]:
             self.lengths.set_length(loaded.model, length)  # GPT-2: its APE table at this length

@@ -23,6 +23,7 @@ from lengthx.alignment.algorithm1 import (
     CalibrationOptions,
     calibrate,
     calibrate_per_layer,
+    options_from_config,
 )
 from lengthx.alignment.propositions import RULE_METHODS, closed_form_temperature, rule_temperature
 from lengthx.attention.scaling import ROW_RULES, RowScale
@@ -42,7 +43,6 @@ from lengthx.core.tau import (
     alignment_info,
     applied_temperature,
     calibration_file,
-    calibration_options,
     keep_calibration,
     read_calibration,
     short_of_target,
@@ -286,7 +286,7 @@ class Runner:
 
     def calibration_options(self) -> CalibrationOptions:
         """Algorithm 1's mode, scope, search and grid floor (config ``method``) and row stride (``calibration``)."""
-        return calibration_options(self.method, self.cfg.calibration)
+        return options_from_config(self.method, self.cfg.calibration)
 
     def alignment_note(self, cell: Cell) -> str:
         """:data:`SHORT_OF_TARGET` when the cell's Algorithm 1 τ (from its cache entry) is a grid end short of its

@@ -1,7 +1,8 @@
 """Paper A's temperature from choice to use (docs/design.md §5), one lifecycle for ``lengthx run`` (encoder
 prompts, :mod:`lengthx.core.runner`) and paper B's perplexity (decoder sequences, :mod:`lengthx.core.perplexity`):
 
-- Algorithm 1's options come from the run's config in one place (:func:`calibration_options`);
+- Algorithm 1's options come from the run's config in one place
+  (:func:`lengthx.alignment.algorithm1.options_from_config`);
 - a calibration is cached under ``<results_dir>/calibration/`` (:func:`calibration_file`), read back only when it
   records this cell's key and a τ in range (:func:`read_calibration`), and kept with what it aligned
   (:func:`keep_calibration`, :func:`alignment_info`);
@@ -19,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from lengthx.alignment.algorithm1 import Alignment, CalibrationOptions, options_from_config
+from lengthx.alignment.algorithm1 import Alignment
 from lengthx.attention.temperature import clear_temperature, set_temperature
 from lengthx.core.cells import Cell, method_id
 from lengthx.core.store import read_json, safe_name, temperature_problem, write_json
@@ -73,12 +74,6 @@ def cache_problem(obj: dict[str, Any], key: dict[str, Any], low: float, high: fl
         if obj.get(name) != value:
             return f"records {name}={json.dumps(obj.get(name))[:80]}, not this cell's {json.dumps(value)[:80]}"
     return None
-
-
-def calibration_options(method: Any, calibration: Any) -> CalibrationOptions:
-    """Algorithm 1's mode, scope, search and grid floor (the run's ``method``) and row stride (its ``calibration``):
-    the one builder both paths call (:func:`lengthx.alignment.algorithm1.options_from_config`)."""
-    return options_from_config(method, calibration)
 
 
 def read_calibration(path: Path, key: dict[str, Any], kind: str = "aligned") -> dict[str, Any] | None:

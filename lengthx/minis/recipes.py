@@ -15,7 +15,6 @@ import importlib
 import re
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from lengthx.config import CONF_DIR
@@ -50,9 +49,10 @@ def recipes() -> dict[str, str]:
     return out
 
 
-def options(trainer: str) -> dict[str, argparse.Action]:
-    """The options of ``trainer`` by recipe key (``max_steps`` for ``--max-steps``)."""
-    parser = importlib.import_module(TRAINERS[trainer].options).parser()
+def options(trainer: str, parser: argparse.ArgumentParser | None = None) -> dict[str, argparse.Action]:
+    """The options of ``trainer`` (of ``parser``, its parser, when given) by recipe key (``max_steps`` for
+    ``--max-steps``)."""
+    parser = parser or importlib.import_module(TRAINERS[trainer].options).parser()
     return {a.option_strings[-1].lstrip("-").replace("-", "_"): a for a in parser._actions
             if a.option_strings and a.dest != "help"}
 
@@ -95,7 +95,8 @@ def compose_recipe(name: str, overrides: list[str]) -> tuple[str, dict[str, Any]
 def to_argv(trainer: str, cfg: dict[str, Any]) -> list[str]:
     """The trainer's command line for the resolved options ``cfg`` (null: the trainer's default; a list: the
     values of a many-valued option, else joined by commas), checked by its own parser."""
-    valid = options(trainer)
+    parser = importlib.import_module(TRAINERS[trainer].options).parser()
+    valid = options(trainer, parser)
     argv: list[str] = []
     for key, value in cfg.items():
         action, flag = valid[key], valid[key].option_strings[-1]
@@ -107,7 +108,6 @@ def to_argv(trainer: str, cfg: dict[str, Any]) -> list[str]:
             argv += [flag, *map(str, value)] if action.nargs in ("+", "*") else [flag, ",".join(map(str, value))]
         else:
             argv += [flag, str(value)]
-    parser = importlib.import_module(TRAINERS[trainer].options).parser()
 
     def refuse(message: str) -> None:
         message = re.sub(r"argument --([\w-]+)", lambda m: m.group(1).replace("-", "_"), message)
@@ -118,11 +118,9 @@ def to_argv(trainer: str, cfg: dict[str, Any]) -> list[str]:
     return argv
 
 
-def train_mini(name: str, overrides: list[str]) -> Path | None:
-    """Train (or resume) recipe ``name`` with ``overrides``; returns its run directory (``out`` or ``work``)."""
+def train_mini(name: str, overrides: list[str]) -> None:
+    """Train (or resume) recipe ``name`` with ``overrides``."""
     trainer, cfg = compose_recipe(name, overrides)
     argv = to_argv(trainer, cfg)
     print(f"lengthx train-mini recipe={name}: python {TRAINERS[trainer].script} {shlex.join(argv)}", flush=True)
     importlib.import_module(TRAINERS[trainer].run).main(argv)
-    where = cfg.get("out") if trainer != "decoders" else cfg.get("work")
-    return Path(where) if where else None
