@@ -8,7 +8,7 @@ export TOKENIZERS_PARALLELISM := false
 # The suite runs in one process per core (pytest-xdist, at most 4), each test file in one of them, one thread each.
 PYTEST_PARALLEL ?= -n auto --maxprocesses 4 --dist loadfile
 
-.PHONY: gpu-study-carry install test test-artifacts test-slurm test-fast test-triton demo bench gpu-wheels bench-gpu tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5 mini-t5-lm mini-t5-lm-study mini-t5-study mini-t5-counts-study mini-t5-lookup-study lint clean
+.PHONY: gpu-study-carry install test test-artifacts test-slurm test-fast test-triton demo bench gpu-wheels bench-gpu tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5 mini-t5-lm mini-t5-lm-study mini-t5-study mini-t5-counts-study mini-t5-lookup-study mini-t5-lookup-report lint clean
 
 install: $(VENV)/.installed
 
@@ -266,6 +266,13 @@ mini-t5-lookup-study: install
 		init=; if [ $$v = warm ]; then init="init_from=lengthx/checkpoints/mini-t5"; fi; \
 		OMP_NUM_THREADS=1 nice $(LX) train-mini recipe=lookup $$init \
 		out=results/mini-t5-lookup/train/$$v snapshots_to=results/mini-t5-lookup/snapshots/$$v || exit 1; done
+
+# The lookup study's report (docs/mini-t5-study.md): every variant's curve (results/mini-t5-lookup/curves.{png,md})
+# and what each committed snapshot gets wrong (results/mini-t5-lookup/errors.md, 100 held-out records per count).
+mini-t5-lookup-report: install
+	$(BIN)/python scripts/studies/plot_lookup_curves.py
+	OMP_NUM_THREADS=1 $(BIN)/python scripts/studies/lookup_errors.py results/mini-t5-lookup/snapshots/*/step-* \
+		--counts 1 2 6 12 --n 100 --out results/mini-t5-lookup/errors.md
 
 mini-t5-lm-study: install
 	$(LX) train-mini recipe=t5_lm out=runs/mini-t5-lm-h8 heads=8 steps=2000 snapshots=1000 export=runs/mini-t5-lm-h8/export

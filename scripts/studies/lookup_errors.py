@@ -1,0 +1,135 @@
+"""What the lookup stand-in's snapshots get wrong (docs/mini-t5-study.md, "The lookup stand-in"): greedy answers on
+held-out single-question lines records of exactly K lines at L_tr, each sorted into one kind of error.
+
+The target echoes the asked key before its number (``"<idx> is <n>"``), so an answer says which line the model
+read. Kinds, first that applies:
+
+* ``right``: the last integer is the asked line's number (the benchmark's rule);
+* ``other line``: the last integer is another line's number in the record (a lookup of the wrong line);
+* ``near``: the number shares its first or its last token with the asked line's number (numbers are two or three
+  tokens in the mini tokenizer: the right line, its number garbled);
+* ``near other``: the same, for another line of the record;
+* ``no line``: any other number, or none.
+
+Each count gets a ``chance`` row too: the kinds of a uniformly random number in the benchmark's range given as
+the answer to the same records, so that a kind's rate can be read against what matching pieces by luck gives.
+Beside the kind: whether the echoed key is the asked one, another line's, or neither. Records come from the
+trainer's own builder (:func:`lengthx.minis.lookup_data.lookup_record`) at seeds no study or card uses
+(``diagnose:<K>:<i>``). Prints one row per snapshot and count as it goes; ``--out`` writes the whole table at the end.
+
+    .venv/bin/python scripts/studies/lookup_errors.py results/mini-t5-lookup/snapshots/warm/step-08000 --counts 2 6 12 --out errors.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+from collections import Counter
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedTokenizerFast, T5ForConditionalGeneration
+
+from lengthx.minis.lookup_data import lookup_record
+from lengthx.tasks.lines import MAX_VALUE
+
+KINDS = ("right", "other line", "near", "near other", "no line")
+ECHOES = ("asked key", "other key", "no key")
+_LINE = re.compile(r"line (\S+): REGISTER_CONTENT is <(\d+)>")
+_ASKED = re.compile(r"in line (\S+)\? I need the number")
+
+
+def near(a: str, b: str, tok: PreTrainedTokenizerFast) -> bool:
+    """Whether number ``a`` looks like a garbling of ``b``: the same first or last token."""
+    pa, pb = ([t for t in tok.tokenize(x) if t.strip("▁")] for x in (a, b))
+    return a != b and (pa[0] == pb[0] or pa[-1] == pb[-1])
+
+
+def classify(answer: str, prompt: str, tok: PreTrainedTokenizerFast) -> tuple[str, str]:
+    """(kind, echo) of one answer to one single-question record (module doc)."""
+    lines = dict(_LINE.findall(prompt))
+    asked = _ASKED.search(prompt).group(1)
+    numbers = re.findall(r"\d+", answer)
+    last = numbers[-1] if numbers else ""
+    others = [v for k, v in lines.items() if k != asked]
+    if last == lines[asked]:
+        kind = "right"
+    elif last in others:
+        kind = "other line"
+    elif last and near(last, lines[asked], tok):
+        kind = "near"
+    elif last and any(near(last, v, tok) for v in others):
+        kind = "near other"
+    else:
+        kind = "no line"
+    head = answer.split(" is ")[0].strip()
+    echo = "asked key" if head == asked else "other key" if head in lines else "no key"
+    return kind, echo
+
+
+@torch.no_grad()
+def diagnose(snapshot: Path, k: int, n: int, l_tr: int, fmt: str) -> tuple[Counter, Counter, Counter]:
+    """Counts of kinds and echoes over ``n`` records of exactly ``k`` lines (fewer kept ones are drawn again), and
+    the kinds of random numbers given to the same records (the chance row)."""
+    tok = PreTrainedTokenizerFast.from_pretrained(snapshot)
+    model = T5ForConditionalGeneration.from_pretrained(snapshot, torch_dtype=torch.float32).eval()
+    prompts: list[str] = []
+    i = 0
+    while len(prompts) < n:
+        prompt, _, kept = lookup_record(tok, l_tr, k, False, random.Random(f"diagnose:{k}:{i}"), fmt)
+        i += 1
+        if kept == k:
+            prompts.append(prompt)
+        if i > 20 * n:
+            raise SystemExit(f"records of {k} lines rarely fit {l_tr} tokens")
+    kinds: Counter = Counter()
+    echoes: Counter = Counter()
+    rng = random.Random(f"chance:{k}")
+    chance = Counter(classify(str(rng.randint(1, MAX_VALUE)), prompt, tok)[0] for prompt in prompts)
+    for j in range(0, n, 32):
+        chunk = prompts[j : j + 32]
+        enc = tok(chunk, return_tensors="pt", padding=True)
+        out = tok.batch_decode(model.generate(**enc, max_new_tokens=24, do_sample=False, num_beams=1),
+                               skip_special_tokens=True)
+        for answer, prompt in zip(out, chunk, strict=True):
+            kind, echo = classify(answer, prompt, tok)
+            kinds[kind] += 1
+            echoes[echo] += 1
+    return kinds, echoes, chance
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("snapshots", nargs="+", type=Path)
+    p.add_argument("--counts", nargs="+", type=int, default=[2, 6, 12])
+    p.add_argument("--n", type=int, default=100)
+    p.add_argument("--l-tr", type=int, default=256)
+    p.add_argument("--format", default="short")
+    p.add_argument("--out", type=Path, help="the Markdown file to write (default: the rows on stdout only)")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    out = ["# What the lookup stand-in's snapshots get wrong\n\nWritten by `scripts/studies/lookup_errors.py` "
+           f"(greedy, {args.n} held-out single-question records of exactly K lines at L_tr = {args.l_tr} per row; "
+           "the kinds are defined in its docstring).\n",
+           "| snapshot | lines | n | " + " | ".join(KINDS) + " | " + " | ".join(f"echo: {e}" for e in ECHOES) + " |",
+           "|---|---|---|" + "---|" * (len(KINDS) + len(ECHOES))]
+    chance_rows: list[str] = []
+    for snap in args.snapshots:
+        for k in args.counts:
+            kinds, echoes, chance = diagnose(snap, k, args.n, args.l_tr, args.format)
+            n = args.n
+            cells = [f"{100 * kinds[x] / n:.0f}%" for x in KINDS] + [f"{100 * echoes[x] / n:.0f}%" for x in ECHOES]
+            out.append(f"| {snap.parent.name}/{snap.name} | {k} | {n} | " + " | ".join(cells) + " |")
+            print(out[-1], flush=True)
+            if snap == args.snapshots[-1]:  # the same records for every snapshot: one chance row per count
+                luck = [f"{100 * chance[x] / n:.0f}%" for x in KINDS]
+                chance_rows.append(f"| chance (a random number) | {k} | {n} | " + " | ".join(luck) + " | | | |")
+                print(chance_rows[-1], flush=True)
+    out += chance_rows
+    if args.out:  # written whole at the end, so a stopped run leaves the last table in place
+        args.out.write_text("\n".join(out) + "\n")
+        print(f"wrote {args.out}")
+
+if __name__ == "__main__":
+    main()

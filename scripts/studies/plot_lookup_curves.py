@@ -1,0 +1,114 @@
+"""The lookup study's curves (docs/mini-t5-study.md, "The lookup stand-in"): every variant's training curve, drawn
+from its ``curve.json`` (a row every 100 steps), as a figure and a table of numbers.
+
+Left panel: teacher-forced exact match of single-question lines records by the lines they keep (1, 2, …: the
+curriculum's counts so far), the curriculum's stage changes marked. Right panel: greedy exact match on the 16
+held-out records of each card set, every 500 steps (lines of exactly 2, 6 and 12, passkey, topics). The table
+lists, every 500 steps, the stage, the teacher-forced EM by lines kept (single-question and multi-query) and the
+held-out greedy EM, with each variant's steps and thread-hours.
+
+    .venv/bin/python scripts/studies/plot_lookup_curves.py           # results/mini-t5-lookup/curves.{png,md}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+HELD = ("lines-n2", "lines-n6", "lines-n12", "passkey", "topics")
+
+
+def read(train_dir: Path) -> dict[str, list[dict]]:
+    """Each variant's curve rows (``<train_dir>/<variant>/curve.json``), variants with a curve only."""
+    out = {}
+    for path in sorted(train_dir.glob("*/curve.json")):
+        rows = json.loads(path.read_text())
+        if rows:
+            out[path.parent.name] = sorted(rows, key=lambda r: r["step"])
+    return out
+
+
+def draw(curves: dict[str, list[dict]], out: Path) -> None:
+    """Both panels, one row of panels per variant."""
+    fig, axes = plt.subplots(len(curves), 2, figsize=(11, 3.4 * len(curves)), squeeze=False)
+    for (name, rows), (left, right) in zip(curves.items(), axes, strict=True):
+        steps = [r["step"] for r in rows]
+        counts = sorted({int(k) for r in rows for k in r.get("em_by_lines", {})})
+        for i, k in enumerate(counts):
+            pts = [(r["step"], r["em_by_lines"][str(k)]) for r in rows if str(k) in r.get("em_by_lines", {})]
+            left.plot(*zip(*pts, strict=True), color=f"C{i}", lw=1.2, label=f"{k} line{'s' * (k > 1)}")
+        for prev, row in zip(rows, rows[1:], strict=False):
+            if row["stage"] != prev["stage"]:
+                left.axvline(row["step"], color="0.6", ls=":", lw=0.8)
+                left.text(row["step"], 1.02, f"stage {row['stage']}", fontsize=7, ha="center")
+        left.set_ylim(0, 1.08)
+        left.set_xlim(0, max(steps) * 1.02)
+        left.set_xlabel("step")
+        left.set_ylabel("teacher-forced EM (single question)")
+        left.set_title(f"{name}: {steps[-1]:,} steps, {rows[-1]['minutes'] / 60:.1f} thread-hours", fontsize=9)
+        left.legend(fontsize=7, loc="center right")
+        held = [r for r in rows if r.get("held_out")]
+        for i, key in enumerate(HELD):
+            pts = [(r["step"], r["held_out"][key]) for r in held if key in r["held_out"]]
+            if pts:
+                right.plot(*zip(*pts, strict=True), marker=".", color=f"C{i}", lw=1, label=key)
+        right.axhline(90, color="0.6", ls="--", lw=0.8)
+        right.set_ylim(-3, 103)
+        right.set_xlim(0, max(steps) * 1.02)
+        right.set_xlabel("step")
+        right.set_ylabel("held-out greedy EM (%, 16 records)")
+        if held:
+            right.legend(fontsize=7, loc="center right")
+    fig.suptitle("The lookup stand-in's training curves at L_tr = 256 (the gate: lines ≥ 90% at every count)",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def table(curves: dict[str, list[dict]]) -> str:
+    """The numbers every 500 steps, one section per variant."""
+    parts = ["# The lookup study's curves\n",
+             "Written by `scripts/studies/plot_lookup_curves.py` from `results/mini-t5-lookup/train/<variant>/"
+             "curve.json`; the figure is `curves.png`. Teacher-forced EM is over the 100 steps before the row "
+             "(single-question / multi-query records by the lines they keep); held-out greedy EM is on 16 "
+             "records per set at L_tr.\n"]
+    for name, rows in curves.items():
+        last = rows[-1]
+        parts.append(f"\n## {name}: {last['step']:,} steps, {last['minutes'] / 60:.1f} thread-hours, stage "
+                     f"{last['stage']}\n")
+        parts.append("| step | stage | TF EM by lines (single) | TF EM by lines (multi) | "
+                     + " | ".join(HELD) + " |")
+        parts.append("|---|---|---|---|" + "---|" * len(HELD))
+        for r in rows:
+            if r["step"] % 500 and r is not last:
+                continue
+            single = ", ".join(f"{k}: {v:.2f}" for k, v in r.get("em_by_lines", {}).items())
+            multi = ", ".join(f"{k}: {v:.2f}" for k, v in r.get("em_multi_by_lines", {}).items())
+            held = [f"{r['held_out'][k]:.0f}" if k in r.get("held_out", {}) else "" for k in HELD]
+            parts.append(f"| {r['step']} | {r['stage']} | {single} | {multi} | " + " | ".join(held) + " |")
+    return "\n".join(parts) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--train-dir", type=Path, default=Path("results/mini-t5-lookup/train"))
+    p.add_argument("--out-dir", type=Path, default=Path("results/mini-t5-lookup"))
+    args = p.parse_args()
+    curves = read(args.train_dir)
+    if not curves:
+        raise SystemExit(f"no curve.json under {args.train_dir}/<variant>/: train a variant first "
+                         "(make mini-t5-lookup-study)")
+    draw(curves, args.out_dir / "curves.png")
+    (args.out_dir / "curves.md").write_text(table(curves))
+    print(f"wrote {args.out_dir / 'curves.png'} and {args.out_dir / 'curves.md'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""Checks of committed artifacts and docs (tests/artifacts/README.md): the lookup study's report
+(docs/mini-t5-study.md, "The lookup stand-in") is current with its committed curves and snapshots."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from test_lookup_report import _script
+
+ROOT = Path(__file__).resolve().parents[2]
+STUDY = ROOT / "results" / "mini-t5-lookup"
+FIX = "run make mini-t5-lookup-report and commit its files with the curves"
+
+
+@pytest.mark.skipif(not (STUDY / "curves.md").is_file(), reason="the lookup study has no report yet")
+def test_the_curves_table_is_rendered_from_the_committed_curves():
+    plot = _script("plot_lookup_curves")
+    assert plot.table(plot.read(STUDY / "train")) == (STUDY / "curves.md").read_text(), FIX
+
+
+@pytest.mark.skipif(not (STUDY / "errors.md").is_file(), reason="the lookup study has no report yet")
+def test_the_error_table_covers_every_committed_snapshot():
+    rows = set(re.findall(r"^\| (\w+/step-\d+) \|", (STUDY / "errors.md").read_text(), re.M))
+    snapshots = {f"{p.parent.name}/{p.name}" for p in (STUDY / "snapshots").glob("*/step-*") if (p / "README.md").is_file()}
+    assert rows == snapshots, FIX

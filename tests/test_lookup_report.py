@@ -1,0 +1,107 @@
+"""The lookup study's report scripts (docs/mini-t5-study.md, "The lookup stand-in"): how
+``scripts/studies/lookup_errors.py`` sorts an answer, and what ``scripts/studies/plot_lookup_curves.py`` writes
+from a variant's curve."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lengthx.minis.lookup_data import lookup_record
+
+ROOT = Path(__file__).resolve().parents[1]
+MINI = ROOT / "lengthx" / "checkpoints" / "mini-t5"
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "studies" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from transformers import PreTrainedTokenizerFast
+    return PreTrainedTokenizerFast.from_pretrained(MINI)
+
+
+@pytest.fixture(scope="module")
+def record(tok):
+    """A real three-line record of the trainer's builder, with its lines and the asked one."""
+    errors = _script("lookup_errors")
+    prompt, target, kept = lookup_record(tok, 256, 3, False, random.Random("test"), "short")
+    assert kept == 3
+    lines = dict(errors._LINE.findall(prompt))
+    asked = errors._ASKED.search(prompt).group(1)
+    return errors, prompt, target, lines, asked
+
+
+def test_an_answer_is_sorted_by_the_line_its_number_and_key_come_from(record, tok):
+    errors, prompt, target, lines, asked = record
+    other = next(k for k in lines if k != asked)
+    assert target == f"{asked} is {lines[asked]}"
+    assert errors.classify(target, prompt, tok) == ("right", "asked key")
+    assert errors.classify(f"{other} is {lines[other]}", prompt, tok) == ("other line", "other key")
+    assert errors.classify(f"{asked} is {lines[other]}", prompt, tok) == ("other line", "asked key")
+    assert errors.classify("nothing here", prompt, tok) == ("no line", "no key")
+
+
+def test_a_garbled_number_is_near_the_line_whose_token_it_shares(record, tok):
+    errors, prompt, _, lines, asked = record
+    pieces = [t for t in tok.tokenize(lines[asked]) if t.strip("▁")]
+    if len(pieces) < 2:
+        pytest.skip("the drawn number is one token")
+    garbled = pieces[0] + ("1" if pieces[-1] != "1" else "2") * len(pieces[-1])  # its first token, another end
+    kind, _ = errors.classify(f"{asked} is {garbled}", prompt, tok)
+    others = [v for k, v in lines.items() if k != asked]
+    assert kind == ("other line" if garbled in others else "near")
+    assert not errors.near(lines[asked], lines[asked], tok)  # the number itself is right, not near
+    def tokens(x):
+        return [t for t in tok.tokenize(x) if t.strip("▁")]
+    ends = {end for v in lines.values() for end in (tokens(v)[0], tokens(v)[-1])}
+    unrelated = next(str(n) for n in range(10001, 50000, 7) if not {tokens(str(n))[0], tokens(str(n))[-1]} & ends)
+    assert errors.classify(f"{asked} is {unrelated}", prompt, tok) == ("no line", "asked key")
+
+
+def _rows() -> list[dict]:
+    rows = []
+    for step in range(100, 1600, 100):
+        stage = 1 if step < 1000 else 2
+        em = {"1": step / 2000} | ({"2": (step - 1000) / 1000} if stage == 2 else {})
+        row = {"step": step, "minutes": step / 20, "stage": stage, "em_by_lines": em, "em_multi_by_lines": em}
+        if step % 500 == 0:
+            row["held_out"] = {"lines-n2": step / 50, "passkey": 100.0}
+        rows.append(row)
+    return rows
+
+
+def test_the_curves_table_lists_every_500_steps_the_last_row_and_the_variants_hours(tmp_path):
+    plot = _script("plot_lookup_curves")
+    (tmp_path / "train" / "warm").mkdir(parents=True)
+    (tmp_path / "train" / "empty").mkdir()
+    (tmp_path / "train" / "warm" / "curve.json").write_text(json.dumps(_rows()[::-1]))  # order is not assumed
+    (tmp_path / "train" / "empty" / "curve.json").write_text("[]")
+    curves = plot.read(tmp_path / "train")
+    assert list(curves) == ["warm"]
+    text = plot.table(curves)
+    assert "## warm: 1,500 steps, 1.2 thread-hours, stage 2" in text
+    steps = [line.split(" | ")[0] for line in text.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert steps == ["| 500", "| 1000", "| 1500"]
+    assert "| 1000 | 2 | 1: 0.50, 2: 0.00 |" in text and "| 20 |  |  | 100 |  |" in text
+    plot.draw(curves, tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+
+
+def test_the_curves_script_names_the_fix_when_no_variant_has_trained(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "studies" / "plot_lookup_curves.py"), "--train-dir", str(tmp_path),
+         "--out-dir", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 1 and "make mini-t5-lookup-study" in proc.stderr and not list(tmp_path.iterdir())
