@@ -72,8 +72,8 @@ def classify(answer: str, prompt: str, tok: PreTrainedTokenizerFast) -> tuple[st
 def diagnose(snapshot: Path, k: int, n: int, l_tr: int, fmt: str) -> tuple[Counter, Counter, Counter]:
     """Counts of kinds and echoes over ``n`` records of exactly ``k`` lines (fewer kept ones are drawn again), and
     the kinds of random numbers given to the same records (the chance row)."""
-    tok = PreTrainedTokenizerFast.from_pretrained(snapshot)
-    model = T5ForConditionalGeneration.from_pretrained(snapshot, torch_dtype=torch.float32).eval()
+    tok = PreTrainedTokenizerFast.from_pretrained(snapshot, trust_remote_code=False)
+    model = T5ForConditionalGeneration.from_pretrained(snapshot, dtype=torch.float32, trust_remote_code=False).eval()
     prompts: list[str] = []
     i = 0
     while len(prompts) < n:
