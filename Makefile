@@ -255,16 +255,17 @@ mini-t5: install
 	$(call counts_train,0 1)
 	$(BIN)/python scripts/studies/study_mini_t5_counts.py --ship lengthx/checkpoints/mini-t5
 
-# The lookup stand-in study (docs/mini-t5-study.md, third study): variants W (from the shipped mini-t5) and S (from
-# random weights) on lines records in the short format (half multi-query, the key echoed) beside passkey and
-# first-of-K topics, 20,000 steps each on one thread, fp16 snapshots every 2,000 steps committed to
+# The lookup stand-in study (docs/mini-t5-study.md, third study): variants W (from the shipped mini-t5), P (the
+# same, one-piece keys and values first) and S (from random weights) on lines records in the short format (half
+# multi-query, the key echoed) beside passkey and first-of-K topics, 20,000 steps each on one thread, fp16 snapshots every 2,000 steps committed to
 # results/mini-t5-lookup/snapshots/<variant>. Resumable; a variant whose last snapshot is committed, or whose
 # training stopped at the gate, is not trained again.
-LOOKUP_VARIANTS ?= warm scratch
+LOOKUP_VARIANTS ?= warm pieces scratch
 mini-t5-lookup-study: install
 	for v in $(LOOKUP_VARIANTS); do test -f results/mini-t5-lookup/snapshots/$$v/step-20000/README.md && continue; \
-		init=; if [ $$v = warm ]; then init="init_from=lengthx/checkpoints/mini-t5"; fi; \
-		OMP_NUM_THREADS=1 nice $(LX) train-mini recipe=lookup $$init \
+		init=; if [ $$v != scratch ]; then init="init_from=lengthx/checkpoints/mini-t5"; fi; \
+		forms=benchmark; if [ $$v = pieces ]; then forms=one-piece,benchmark; fi; \
+		OMP_NUM_THREADS=1 nice $(LX) train-mini recipe=lookup $$init "lookup_forms=[$$forms]" \
 		out=results/mini-t5-lookup/train/$$v snapshots_to=results/mini-t5-lookup/snapshots/$$v || exit 1; done
 
 # The lookup study's report (docs/mini-t5-study.md): every variant's curve (results/mini-t5-lookup/curves.{png,md})

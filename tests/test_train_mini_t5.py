@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lengthx.minis.retrieval_data import Curriculum
+from lengthx.minis.curriculum import Curriculum
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "train_mini_t5.py"

@@ -11,18 +11,34 @@ built as text, single-question or multi-query.
 
 Records are drawn from a generator seeded by (seed, step), so a resumed run draws the same records. A record asks
 for ``n`` lines and keeps the longest prefix whose prompt fits L_tr.
+
+**Forms** (:data:`FORMS`). ``benchmark`` records have LongEval's keys (an adjective and a noun of the wonderwords
+lists, 4-8 pieces in the mini tokenizer) and values (1..50000, two pieces). ``one-piece`` records draw their keys
+from the words of those lists that are one token where a key puts them (:func:`one_piece_words`) and their values
+from 1..:data:`ONE_PIECE_MAX`, one token each: the lookup without binding pieces, which the lookup stand-in's
+variant P learns before the benchmark's form (docs/mini-t5-study.md; :mod:`lengthx.minis.curriculum`).
 """
 
 from __future__ import annotations
 
 import random
+from functools import lru_cache
 
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from lengthx.tasks.lines import FORMATS, LINE_TEMPLATE, MAX_VALUE, QUESTION_TEMPLATE, random_line_indices
+from lengthx.tasks.lines import (
+    FORMATS,
+    LINE_TEMPLATE,
+    MAX_VALUE,
+    QUESTION_TEMPLATE,
+    line_index_vocabulary,
+    random_line_indices,
+)
 from lengthx.tasks.token_ids import IGNORE, IdBatch
 
+FORMS = ("benchmark", "one-piece")
+ONE_PIECE_MAX = 999  # values of one token in the mini tokenizer ("<315>" is "<", "315", ">")
 MULTI_QUESTION = "\nNow the record is over. Tell me what is the <REGISTER_CONTENT> in lines {idxs}? I need the numbers."
 
 
@@ -31,11 +47,28 @@ def answer(pairs: list[tuple[str, int]]) -> str:
     return ". ".join(f"{idx} is {n}" for idx, n in pairs) + ("." if len(pairs) > 1 else "")
 
 
+@lru_cache(maxsize=4)
+def one_piece_words(tok: PreTrainedTokenizerFast) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The line-index adjectives and nouns (:func:`lengthx.tasks.lines.line_index_vocabulary`) that are one token
+    where a key puts them: the adjective after ``"line "``, the noun after the hyphen."""
+    adjectives, nouns = line_index_vocabulary()
+    base = len(tok.tokenize("line -:"))
+    one = lambda text: len(tok.tokenize(text)) == base + 1  # noqa: E731
+    return (tuple(a for a in adjectives if a.isalpha() and one(f"line {a}-:")),
+            tuple(n for n in nouns if n.isalpha() and one(f"line -{n}:")))
+
+
 def lookup_record(tok: PreTrainedTokenizerFast, l_tr: int, n_lines: int, multi: bool, rng: random.Random,
-                  fmt: str = "short") -> tuple[str, str, int]:
-    """(prompt, target, lines kept): a record asking for ``n_lines`` lines, cut to the longest prefix that fits."""
-    keys = random_line_indices(n_lines, rng)
-    pairs = [(k, rng.randint(1, MAX_VALUE)) for k in keys]
+                  fmt: str = "short", form: str = "benchmark") -> tuple[str, str, int]:
+    """(prompt, target, lines kept): a record asking for ``n_lines`` lines in ``form`` (:data:`FORMS`), cut to the
+    longest prefix that fits."""
+    if form == "benchmark":
+        keys, most = random_line_indices(n_lines, rng), MAX_VALUE
+    else:
+        adjectives, nouns = one_piece_words(tok)
+        keys = [f"{a}-{b}" for a, b in zip(rng.sample(adjectives, n_lines), rng.sample(nouns, n_lines), strict=True)]
+        most = ONE_PIECE_MAX
+    pairs = [(k, rng.randint(1, most)) for k in keys]
     order = list(range(n_lines))
     rng.shuffle(order)
     query = rng.randrange(n_lines)
@@ -61,13 +94,15 @@ class LookupRecords:
         self.tok, self.l_tr, self.seed, self.multi_share, self.fmt = tok, l_tr, seed, multi_share, fmt
         self.label_width, self.device = label_width, device
 
-    def sample(self, step: int, n_lines: list[int]) -> tuple[IdBatch, torch.Tensor, torch.Tensor]:
-        """(batch, lines kept per record, whether each record is multi-query) for records asking ``n_lines``."""
+    def sample(self, step: int, n_lines: list[int],
+               form: str = "benchmark") -> tuple[IdBatch, torch.Tensor, torch.Tensor]:
+        """(batch, lines kept per record, whether each record is multi-query) for records asking ``n_lines``, in
+        ``form``."""
         rng = random.Random(f"lookup:{self.seed}:{step}")
         n_multi = round(len(n_lines) * self.multi_share)
         prompts, targets, kept = [], [], []
         for i, n in enumerate(n_lines):
-            prompt, target, k = lookup_record(self.tok, self.l_tr, n, i < n_multi, rng, self.fmt)
+            prompt, target, k = lookup_record(self.tok, self.l_tr, n, i < n_multi, rng, self.fmt, form)
             prompts.append(prompt)
             targets.append(target)
             kept.append(k)

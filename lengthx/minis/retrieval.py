@@ -35,11 +35,12 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoTokenizer, PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration
 
+from lengthx.minis.curriculum import Curriculum
 from lengthx.minis.export import export_fp16
 from lengthx.minis.loop import Box, TrainingLoop, log
-from lengthx.minis.retrieval_args import parse_args
+from lengthx.minis.retrieval_args import lookup_forms, parse_args
 from lengthx.minis.retrieval_card import card_counts, card_lines, model_card, retrieval_bar, trained_tasks
-from lengthx.minis.retrieval_data import TASKS, Curriculum, Mixture
+from lengthx.minis.retrieval_data import TASKS, Mixture
 from lengthx.minis.retrieval_eval import exact_match, held_out
 from lengthx.tasks.token_ids import IGNORE, IdBatch
 
@@ -104,7 +105,8 @@ class RetrievalRecipe:
         torch.manual_seed(args.seed)
         t0 = time.time()
         self.mix = Mixture(tok, args, device)
-        self.curriculum = Curriculum(self.mix.gens["lines"].capacity(), args.gate, args.gate_window, device)
+        self.curriculum = Curriculum(self.mix.gens["lines"].capacity(), args.gate, args.gate_window, device,
+                                     lookup_forms(args))
         log(f"token-id tables built in {time.time() - t0:.1f}s; lines capacity {self.curriculum.capacity} at L_tr "
             f"{args.l_tr}; passkey filler up to {self.mix.gens['passkey'].max_garbage} chars; shares {self.mix.sizes}")
         self.model = build_model(args, tok).to(device)
@@ -128,7 +130,7 @@ class RetrievalRecipe:
         return lr_at(loop.step - int(loop.state.get("optimizer_fresh_at", 0)), loop.progress, self.args)
 
     def loss(self, step: int) -> torch.Tensor:
-        batch, task, n_lines, multi = self.mix.batch(step, self.curriculum.lines_count, self.gen)
+        batch, task, n_lines, multi = self.mix.batch(step, self.curriculum.lines_count, self.gen, self.curriculum.form)
         loss, exact = teacher_forced(self.fwd, batch)
         self._last = (task, n_lines, loss.detach(), exact, multi)
         return loss.mean()
@@ -137,7 +139,10 @@ class RetrievalRecipe:
         return {"curriculum": self.curriculum.state_dict(), "generator": self.gen.get_state()}
 
     def load_state_parts(self, saved: dict[str, Any]) -> None:
-        self.curriculum.load_state_dict(saved["curriculum"])
+        try:
+            self.curriculum.load_state_dict(saved["curriculum"])
+        except ValueError as e:
+            raise SystemExit(f"{self.args.out}: {e}") from None
         self.gen.set_state(saved["generator"])
 
     def after_step(self, loop: TrainingLoop) -> None:
@@ -157,7 +162,8 @@ class RetrievalRecipe:
         self.curriculum.update(n_lines[lines_rows], exact[lines_rows])
         if loop.step % 25 == 0 and self.curriculum.advance(loop.step):
             stage = "full records" if self.curriculum.full else self.curriculum.stage
-            log(f"gate passed at step {loop.step}: now {stage} lines")
+            form = f" in the {self.curriculum.form} form" if len(self.curriculum.forms) > 1 else ""
+            log(f"gate passed at step {loop.step}: now {stage} lines{form}")
         if ("lines" in self.mix.sizes and args.gate_minutes > 0 and loop.minutes > args.gate_minutes
                 and self.curriculum.stage <= 2):
             state["stopped"] = f"NO-GO: the {self.curriculum.stage}-line gate did not pass in {args.gate_minutes} minutes"
@@ -180,6 +186,7 @@ class RetrievalRecipe:
         n = w["n"].clamp(min=1)
         row: dict[str, Any] = {
             "step": loop.step, "minutes": round(loop.minutes, 3), "stage": self.curriculum.stage,
+            **({"form": self.curriculum.form} if len(self.curriculum.forms) > 1 else {}),
             "examples_per_s": round(w["examples"] / max(time.time() - w["t"], 1e-9), 1),
             **{f"loss_{t}": round(v, 4) for t, v in zip(TASKS, (w["loss"] / n).tolist(), strict=True)},
             **{f"em_{t}": round(v, 4) for t, v in zip(TASKS, (w["exact"] / n).tolist(), strict=True)},
@@ -218,7 +225,7 @@ class RetrievalRecipe:
         seconds = max(state["train_seconds"], 1e-9)
         summary = {"l_tr": args.l_tr, "steps": loop.step, "train_minutes": seconds / 60, "hardware": self.hardware,
                    "examples_per_s": state["examples"] / seconds, "command": self.command,
-                   "stage": self.curriculum.stage, "gates": self.curriculum.passed, "stopped": state["stopped"],
+                   "stage": self.curriculum.stage, "gates": self.curriculum.gates(), "stopped": state["stopped"],
                    "final": final, "curve": state["curve"]}
         card = model_card(args, model, summary)
         for target in [exported, *also]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lengthx.minis.lookup_data import FORMS
+
 TOKENIZER = Path(__file__).resolve().parents[1] / "checkpoints" / "mini-t5"
 DESCRIPTION = """Train mini-t5: a small T5 (learned relative position buckets) that retrieves by key at its training
 length (lengthx.minis.retrieval).
@@ -19,8 +21,28 @@ A CPU smoke run: --device cpu --d-model 64 --enc-layers 2 --dec-layers 1 --max-s
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """``scripts/train_mini_t5.py``'s options parsed from ``argv``."""
-    return parser().parse_args(argv)
+    """``scripts/train_mini_t5.py``'s options parsed from ``argv`` (argparse's exit 2 on a bad one)."""
+    p = parser()
+    args = p.parse_args(argv)
+    if lookup_forms(args) != ("benchmark",) and args.lines_records != "lookup":
+        p.error(f"--lookup-forms {args.lookup_forms} needs --lines-records lookup (token-id records have the "
+                "benchmark's form only)")
+    return args
+
+
+def lookup_forms(args: argparse.Namespace) -> tuple[str, ...]:
+    """The forms of lookup records the curriculum trains in turn (:mod:`lengthx.minis.curriculum`)."""
+    return tuple(f.strip() for f in getattr(args, "lookup_forms", "benchmark").split(",") if f.strip())
+
+
+def forms_value(text: str) -> str:
+    """``--lookup-forms``: distinct forms of :data:`lengthx.minis.lookup_data.FORMS`, the benchmark's last."""
+    forms = [f.strip() for f in text.split(",") if f.strip()]
+    if not set(forms) <= set(FORMS) or len(set(forms)) < len(forms) or not forms or forms[-1] != "benchmark":
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give distinct forms of {', '.join(FORMS)}, ending with benchmark (the form the card and the "
+            "gate measure), e.g. one-piece,benchmark")
+    return ",".join(forms)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -93,6 +115,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lines-format", choices=("longeval", "short"), default="longeval",
                    help="the lines prompt's header (lengthx.tasks.lines.FORMATS), in training (lookup records) and in "
                         "the card's held-out sets")
+    p.add_argument("--lookup-forms", type=forms_value, default="benchmark",
+                   help="comma-separated forms of lookup records, trained in turn: each runs the line-count "
+                        "curriculum to its full stage before the next begins at one line (benchmark: LongEval's keys "
+                        "and values; one-piece: keys of two one-token words, values 1-999; lengthx.minis.lookup_data)")
     p.add_argument("--lookup-label-width", type=int, default=224, help="decoder labels of a multi-query target")
     p.add_argument("--card-lines", default="", help="comma-separated line counts N: the card and the held-out "
                    "evaluations also measure records of exactly N lines at L_tr (lines-n<N>)")

@@ -44,7 +44,8 @@ def model_card(args: argparse.Namespace, model: T5ForConditionalGeneration, summ
     bar, met = retrieval_bar(args, final)
     status = f"meets the retrieval bar at L_tr ({bar})" if met else f"does NOT meet the retrieval bar at L_tr ({bar})"
     rows = "\n".join(f"| {k} | {v:.0f} |" for k, v in final.items())
-    gates = ", ".join(f"{k} lines at step {v}" for k, v in sorted(summary["gates"].items())) or "none"
+    gates = ", ".join(f"{k} lines at step {v}" for k, v in sorted(summary["gates"].items(), key=lambda kv: kv[1]))
+    gates = gates or "none"
     n_params = sum(p.numel() for p in model.parameters())
     note = f"\n{args.card_note.strip()}\n" if args.card_note else ""
     return f"""# mini-t5 — {status}
@@ -96,7 +97,12 @@ def lookup_recipe(args: argparse.Namespace) -> str:
     if getattr(args, "lines_records", "ids") == "lookup":
         out += (f"Lines records built as text in the `{args.lines_format}` format, the asked key echoed in the "
                 f"target, {args.lines_multi:.0%} of them multi-query (lengthx.minis.lookup_data); `lines-n<N>` "
-                "holds exactly N lines.\n- ")
+                "holds exactly N lines.")
+        forms = getattr(args, "lookup_forms", "benchmark")
+        if forms != "benchmark":
+            out += (f" The curriculum trained the record forms {forms.replace(',', ', then ')} in turn, each to its "
+                    "full stage (lengthx.minis.curriculum); the held-out sets are the benchmark's.")
+        out += "\n- "
     return out
 
 

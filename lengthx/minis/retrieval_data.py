@@ -1,5 +1,6 @@
 """The retrieval stand-in's batches (docs/mini-t5-study.md): passkey, LongEval lines and topics prompts in fixed
-shares, and the lines curriculum with its gates (paper A §5.2 names the tasks).
+shares (paper A §5.2 names the tasks); the lines curriculum that sets their line counts is
+:mod:`lengthx.minis.curriculum`.
 
 Examples are built as token-id tensors on the training device (:mod:`lengthx.tasks.token_ids`): the exact
 prompts of :mod:`lengthx.tasks.passkey` / ``lines`` / ``topics`` for draws made with tensor operations, no text
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import random
-from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerFast
@@ -66,10 +66,10 @@ class Mixture:
             labels[i, : len(ids)] = torch.tensor(ids)
         return IdBatch(enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device), labels.to(self.device))
 
-    def batch(self, step: int, lines_count: int,
-              gen: torch.Generator) -> tuple[IdBatch, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def batch(self, step: int, lines_count: int, gen: torch.Generator,
+              form: str = "benchmark") -> tuple[IdBatch, torch.Tensor, torch.Tensor, torch.Tensor]:
         """(batch, task index per example, lines kept per example (0 for other tasks), whether each example is a
-        multi-query lines record)."""
+        multi-query lines record); lookup records in ``form`` (:data:`lengthx.minis.lookup_data.FORMS`)."""
         ramp = 1.0 if self.ramp_steps <= 0 else min(1.0, (step + 1) / self.ramp_steps)
         parts, task, n_lines = [], [], []
         multi = torch.zeros(sum(self.sizes.values()), dtype=torch.bool, device=self.device)
@@ -80,7 +80,7 @@ class Mixture:
                 below = torch.randint(1, lines_count + 1, (size,), generator=gen, device=self.device)
                 asked = torch.where(exact, lines_count, below)
                 if self.lookup is not None:
-                    b, kept, is_multi = self.lookup.sample(step, asked.tolist())
+                    b, kept, is_multi = self.lookup.sample(step, asked.tolist(), form)
                     multi[row : row + size] = is_multi
                     n_lines.append(kept)
                 else:
@@ -105,51 +105,3 @@ class Mixture:
         batch = IdBatch(torch.cat([b.input_ids for b in parts]), torch.cat([b.attention_mask for b in parts]), labels)
         return batch, torch.cat(task), torch.cat(n_lines), multi
 
-
-class Curriculum:
-    """Lines stages 1, 2, …, ``capacity`` and then full (as many as fit); a stage passes when the examples
-    with exactly that many lines reach ``gate`` exact match over a block of at least ``window`` of them."""
-
-    def __init__(self, capacity: int, gate: float, window: int, device: torch.device):
-        self.capacity, self.gate, self.window = capacity, gate, window
-        self.stage = 1
-        self.hits = torch.zeros((), device=device)  # running on the device: no synchronisation per step
-        self.seen = torch.zeros((), device=device)
-        self.passed: dict[int, int] = {}  # stage -> step it passed
-
-    @property
-    def full(self) -> bool:
-        return self.stage > self.capacity
-
-    @property
-    def lines_count(self) -> int:
-        """Lines requested per record at this stage (the full stage asks for more than fit)."""
-        return 2 * self.capacity + 2 if self.full else self.stage
-
-    def update(self, n_lines: torch.Tensor, exact: torch.Tensor) -> None:
-        """Count a batch's lines examples at the current stage."""
-        at_stage = n_lines == self.stage
-        self.hits += (exact & at_stage).sum()
-        self.seen += at_stage.sum()
-
-    def advance(self, step: int) -> bool:
-        """Close the block once it has ``window`` examples; pass the stage (and return True) at ``gate``."""
-        seen = float(self.seen)
-        if self.full or seen < self.window:
-            return False
-        rate = float(self.hits) / seen
-        self.hits.zero_()
-        self.seen.zero_()
-        if rate >= self.gate:
-            self.passed[self.stage] = step
-            self.stage += 1
-            return True
-        return False
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"stage": self.stage, "hits": float(self.hits), "seen": float(self.seen), "passed": self.passed}
-
-    def load_state_dict(self, d: dict[str, Any]) -> None:
-        self.stage, self.passed = d["stage"], {int(k): v for k, v in d["passed"].items()}
-        self.hits.fill_(d["hits"])
-        self.seen.fill_(d["seen"])
