@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerFast, T5ForConditionalGeneration
 
-from lengthx.minis.lookup_data import lookup_record
+from lengthx.minis.lookup_data import FORMS, ONE_PIECE_MAX, lookup_record
 from lengthx.tasks.lines import MAX_VALUE
 
 KINDS = ("right", "other line", "near", "near other", "no line")
@@ -69,15 +69,16 @@ def classify(answer: str, prompt: str, tok: PreTrainedTokenizerFast) -> tuple[st
 
 
 @torch.no_grad()
-def diagnose(snapshot: Path, k: int, n: int, l_tr: int, fmt: str) -> tuple[Counter, Counter, Counter]:
-    """Counts of kinds and echoes over ``n`` records of exactly ``k`` lines (fewer kept ones are drawn again), and
-    the kinds of random numbers given to the same records (the chance row)."""
+def diagnose(snapshot: Path, k: int, n: int, l_tr: int, fmt: str,
+             form: str = "benchmark") -> tuple[Counter, Counter, Counter]:
+    """Counts of kinds and echoes over ``n`` records of exactly ``k`` lines in ``form`` (fewer kept ones are drawn
+    again), and the kinds of random numbers of that form's range given to the same records (the chance row)."""
     tok = PreTrainedTokenizerFast.from_pretrained(snapshot, trust_remote_code=False)
     model = T5ForConditionalGeneration.from_pretrained(snapshot, dtype=torch.float32, trust_remote_code=False).eval()
     prompts: list[str] = []
     i = 0
     while len(prompts) < n:
-        prompt, _, kept = lookup_record(tok, l_tr, k, False, random.Random(f"diagnose:{k}:{i}"), fmt)
+        prompt, _, kept = lookup_record(tok, l_tr, k, False, random.Random(f"diagnose:{k}:{i}"), fmt, form)
         i += 1
         if kept == k:
             prompts.append(prompt)
@@ -86,7 +87,8 @@ def diagnose(snapshot: Path, k: int, n: int, l_tr: int, fmt: str) -> tuple[Count
     kinds: Counter = Counter()
     echoes: Counter = Counter()
     rng = random.Random(f"chance:{k}")
-    chance = Counter(classify(str(rng.randint(1, MAX_VALUE)), prompt, tok)[0] for prompt in prompts)
+    most = MAX_VALUE if form == "benchmark" else ONE_PIECE_MAX
+    chance = Counter(classify(str(rng.randint(1, most)), prompt, tok)[0] for prompt in prompts)
     for j in range(0, n, 32):
         chunk = prompts[j : j + 32]
         enc = tok(chunk, return_tensors="pt", padding=True)
@@ -106,30 +108,35 @@ def main() -> None:
     p.add_argument("--n", type=int, default=100)
     p.add_argument("--l-tr", type=int, default=256)
     p.add_argument("--format", default="short")
+    p.add_argument("--forms", nargs="+", choices=FORMS, default=["benchmark"],
+                   help="the record forms to diagnose (lengthx.minis.lookup_data.FORMS; the card's is benchmark)")
     p.add_argument("--out", type=Path, help="the Markdown file to write (default: the rows on stdout only)")
     args = p.parse_args()
     torch.set_num_threads(1)
     out = ["# What the lookup stand-in's snapshots get wrong\n\nWritten by `scripts/studies/lookup_errors.py` "
            f"(greedy, {args.n} held-out single-question records of exactly K lines at L_tr = {args.l_tr} per row; "
            "the kinds are defined in its docstring).\n",
-           "| snapshot | lines | n | " + " | ".join(KINDS) + " | " + " | ".join(f"echo: {e}" for e in ECHOES) + " |",
-           "|---|---|---|" + "---|" * (len(KINDS) + len(ECHOES))]
+           "| snapshot | form | lines | n | " + " | ".join(KINDS) + " | " + " | ".join(f"echo: {e}" for e in ECHOES)
+           + " |", "|---|---|---|---|" + "---|" * (len(KINDS) + len(ECHOES))]
     chance_rows: list[str] = []
     for snap in args.snapshots:
-        for k in args.counts:
-            kinds, echoes, chance = diagnose(snap, k, args.n, args.l_tr, args.format)
-            n = args.n
-            cells = [f"{100 * kinds[x] / n:.0f}%" for x in KINDS] + [f"{100 * echoes[x] / n:.0f}%" for x in ECHOES]
-            out.append(f"| {snap.parent.name}/{snap.name} | {k} | {n} | " + " | ".join(cells) + " |")
-            print(out[-1], flush=True)
-            if snap == args.snapshots[-1]:  # the same records for every snapshot: one chance row per count
-                luck = [f"{100 * chance[x] / n:.0f}%" for x in KINDS]
-                chance_rows.append(f"| chance (a random number) | {k} | {n} | " + " | ".join(luck) + " | | | |")
-                print(chance_rows[-1], flush=True)
+        for form in args.forms:
+            for k in args.counts:
+                kinds, echoes, chance = diagnose(snap, k, args.n, args.l_tr, args.format, form)
+                n = args.n
+                cells = [f"{100 * kinds[x] / n:.0f}%" for x in KINDS] + [f"{100 * echoes[x] / n:.0f}%" for x in ECHOES]
+                out.append(f"| {snap.parent.name}/{snap.name} | {form} | {k} | {n} | " + " | ".join(cells) + " |")
+                print(out[-1], flush=True)
+                if snap == args.snapshots[-1]:  # the same records for every snapshot: one chance row per count
+                    luck = [f"{100 * chance[x] / n:.0f}%" for x in KINDS]
+                    chance_rows.append(f"| chance (a random number) | {form} | {k} | {n} | " + " | ".join(luck)
+                                       + " | | | |")
+                    print(chance_rows[-1], flush=True)
     out += chance_rows
     if args.out:  # written whole at the end, so a stopped run leaves the last table in place
         args.out.write_text("\n".join(out) + "\n")
         print(f"wrote {args.out}")
+
 
 if __name__ == "__main__":
     main()
