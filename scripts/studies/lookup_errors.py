@@ -11,8 +11,8 @@ read. Kinds, first that applies:
 * ``near other``: the same, for another line of the record;
 * ``no line``: any other number, or none.
 
-Each count gets a ``chance`` row too: the kinds of a uniformly random number in the benchmark's range given as
-the answer to the same records, so that a kind's rate can be read against what matching pieces by luck gives.
+Each count gets a ``chance`` row too: the kinds of uniformly random numbers in the form's range given as the
+answer to the same records (:data:`CHANCE_DRAWS` per record, shown to a tenth of a point), so that a kind's rate can be read against what matching pieces by luck gives.
 Beside the kind: whether the echoed key is the asked one, another line's, or neither. Records come from the
 trainer's own builder (:func:`lengthx.minis.lookup_data.lookup_record`) at seeds no study or card uses
 (``diagnose:<K>:<i>``). Prints one row per snapshot and count as it goes; ``--out`` writes the whole table at the end.
@@ -36,6 +36,7 @@ from lengthx.tasks.lines import MAX_VALUE
 
 KINDS = ("right", "other line", "near", "near other", "no line")
 ECHOES = ("asked key", "other key", "no key")
+CHANCE_DRAWS = 50  # random answers per record for the chance rows
 _LINE = re.compile(r"line (\S+): REGISTER_CONTENT is <(\d+)>")
 _ASKED = re.compile(r"in line (\S+)\? I need the number")
 
@@ -86,9 +87,10 @@ def diagnose(snapshot: Path, k: int, n: int, l_tr: int, fmt: str,
             raise SystemExit(f"records of {k} lines rarely fit {l_tr} tokens")
     kinds: Counter = Counter()
     echoes: Counter = Counter()
-    rng = random.Random(f"chance:{k}")
+    rng = random.Random(f"chance:{form}:{k}")
     most = MAX_VALUE if form == "benchmark" else ONE_PIECE_MAX
-    chance = Counter(classify(str(rng.randint(1, most)), prompt, tok)[0] for prompt in prompts)
+    chance = Counter(classify(str(rng.randint(1, most)), prompt, tok)[0] for prompt in prompts
+                     for _ in range(CHANCE_DRAWS))
     for j in range(0, n, 32):
         chunk = prompts[j : j + 32]
         enc = tok(chunk, return_tensors="pt", padding=True)
@@ -128,8 +130,9 @@ def main() -> None:
                 out.append(f"| {snap.parent.name}/{snap.name} | {form} | {k} | {n} | " + " | ".join(cells) + " |")
                 print(out[-1], flush=True)
                 if snap == args.snapshots[-1]:  # the same records for every snapshot: one chance row per count
-                    luck = [f"{100 * chance[x] / n:.0f}%" for x in KINDS]
-                    chance_rows.append(f"| chance (a random number) | {form} | {k} | {n} | " + " | ".join(luck)
+                    luck = [f"{100 * chance[x] / (n * CHANCE_DRAWS):.1f}%" for x in KINDS]
+                    chance_rows.append(f"| chance (random numbers) | {form} | {k} | {n * CHANCE_DRAWS} | "
+                                       + " | ".join(luck)
                                        + " | | | |")
                     print(chance_rows[-1], flush=True)
     out += chance_rows

@@ -2,7 +2,8 @@
 from its ``curve.json`` (a row every 100 steps), as a figure and a table of numbers.
 
 Left panel: teacher-forced exact match of single-question lines records by the lines they keep (1, 2, …: the
-curriculum's counts so far), the curriculum's stage changes marked. Right panel: greedy exact match on the 16
+curriculum's counts so far), the curriculum's stage changes marked (with the record form, for a variant that
+trains several: its rows are of the form it was training). Right panel: greedy exact match on the 16
 held-out records of each card set, every 500 steps (lines of exactly 2, 6 and 12, passkey, topics). The table
 lists, every 500 steps, the stage, the teacher-forced EM by lines kept (single-question and multi-query) and the
 held-out greedy EM, with each variant's steps and thread-hours.
@@ -34,6 +35,11 @@ def read(train_dir: Path) -> dict[str, list[dict]]:
     return out
 
 
+def stage(row: dict) -> str:
+    """The row's curriculum stage, with its record form where the variant trains several (variant P)."""
+    return f"{row['form']} {row['stage']}" if "form" in row else str(row["stage"])
+
+
 def draw(curves: dict[str, list[dict]], out: Path) -> None:
     """Both panels, one row of panels per variant."""
     fig, axes = plt.subplots(len(curves), 2, figsize=(11, 3.4 * len(curves)), squeeze=False)
@@ -44,9 +50,9 @@ def draw(curves: dict[str, list[dict]], out: Path) -> None:
             pts = [(r["step"], r["em_by_lines"][str(k)]) for r in rows if str(k) in r.get("em_by_lines", {})]
             left.plot(*zip(*pts, strict=True), color=f"C{i}", lw=1.2, label=f"{k} line{'s' * (k > 1)}")
         for prev, row in zip(rows, rows[1:], strict=False):
-            if row["stage"] != prev["stage"]:
+            if stage(row) != stage(prev):
                 left.axvline(row["step"], color="0.6", ls=":", lw=0.8)
-                left.text(row["step"], 1.02, f"stage {row['stage']}", fontsize=7, ha="center")
+                left.text(row["step"], 1.02, f"stage {stage(row)}", fontsize=7, ha="center")
         left.set_ylim(0, 1.08)
         left.set_xlim(0, max(steps) * 1.02)
         left.set_xlabel("step")
@@ -82,7 +88,7 @@ def table(curves: dict[str, list[dict]]) -> str:
     for name, rows in curves.items():
         last = rows[-1]
         parts.append(f"\n## {name}: {last['step']:,} steps, {last['minutes'] / 60:.1f} thread-hours, stage "
-                     f"{last['stage']}\n")
+                     f"{stage(last)}\n")
         parts.append("| step | stage | TF EM by lines (single) | TF EM by lines (multi) | "
                      + " | ".join(HELD) + " |")
         parts.append("|---|---|---|---|" + "---|" * len(HELD))
@@ -92,7 +98,7 @@ def table(curves: dict[str, list[dict]]) -> str:
             single = ", ".join(f"{k}: {v:.2f}" for k, v in r.get("em_by_lines", {}).items())
             multi = ", ".join(f"{k}: {v:.2f}" for k, v in r.get("em_multi_by_lines", {}).items())
             held = [f"{r['held_out'][k]:.0f}" if k in r.get("held_out", {}) else "" for k in HELD]
-            parts.append(f"| {r['step']} | {r['stage']} | {single} | {multi} | " + " | ".join(held) + " |")
+            parts.append(f"| {r['step']} | {stage(r)} | {single} | {multi} | " + " | ".join(held) + " |")
     return "\n".join(parts) + "\n"
 
 
