@@ -14,7 +14,7 @@ import torch
 from transformers import PreTrainedTokenizerFast
 
 from lengthx.minis.curriculum import Curriculum
-from lengthx.minis.lookup_data import MAX_VALUE, ONE_PIECE_MAX, lookup_record, one_piece_words
+from lengthx.minis.lookup_data import MAX_VALUE, ONE_PIECE_MAX, form_capacity, lookup_record, one_piece_words
 from lengthx.minis.retrieval_args import parse_args
 from lengthx.tasks.lines import random_line_indices
 
@@ -77,6 +77,19 @@ def test_the_curriculum_trains_each_form_to_its_full_stage_in_turn():
     restored = Curriculum(capacity=2, gate=0.9, window=4, device=CPU, forms=("one-piece", "benchmark"))
     restored.load_state_dict(json.loads(json.dumps(cur.state_dict())))
     assert (restored.form, restored.stage, restored.gates()) == (cur.form, cur.stage, cur.gates())
+
+
+def test_a_form_before_the_last_ends_at_the_lines_its_records_hold(tok):
+    """The one-piece form's stages end where its records stop fitting L_tr, so its full stage is reached and the
+    benchmark's form begins (a stage of more lines than ever fit would never pass its gate)."""
+    n = form_capacity(tok, 256, "one-piece")
+    assert n >= 10
+    kept = [lookup_record(tok, 256, n + 1, False, random.Random(i), "short", "one-piece")[2] for i in range(20)]
+    assert all(lookup_record(tok, 256, n, False, random.Random(i), "short", "one-piece")[2] == n for i in range(20))
+    assert min(kept) <= n  # n + 1 lines do not always fit
+    cur = Curriculum(capacity=15, gate=0.9, window=4, device=CPU, forms=("one-piece", "benchmark"),
+                     capacities={"one-piece": 2})
+    assert _pass(cur, 10) and _pass(cur, 20) and (cur.form, cur.stage, cur.capacity) == ("benchmark", 1, 15)
 
 
 def test_a_saved_curriculum_resumes_only_with_the_forms_it_was_saved_with():

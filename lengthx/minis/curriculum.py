@@ -5,7 +5,8 @@ A stage passes when the single-question records with exactly that many lines rea
 match over a block of at least ``window`` of them; after the last count that fits L_tr comes the full stage (as
 many lines as fit), which has no gate. With several ``forms`` (:data:`lengthx.minis.lookup_data.FORMS`), each form
 runs the stages to its full stage before the next form begins again at one line; the last form's full stage is
-the curriculum's end.
+the curriculum's end. A form may hold another count of lines at L_tr (``capacities``): a form before the last ends
+at the most lines its records hold, so that its full stage is reached and the next form begins.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ class Curriculum:
     """Lines stages 1, 2, …, ``capacity`` and then full, in each of ``forms`` in turn (module doc)."""
 
     def __init__(self, capacity: int, gate: float, window: int, device: torch.device,
-                 forms: tuple[str, ...] = ("benchmark",)):
-        self.capacity, self.gate, self.window, self.forms = capacity, gate, window, tuple(forms)
+                 forms: tuple[str, ...] = ("benchmark",), capacities: dict[str, int] | None = None):
+        self.gate, self.window, self.forms = gate, window, tuple(forms)
+        self.capacities = {form: (capacities or {}).get(form, capacity) for form in self.forms}
         self.stage = 1
         self.form_index = 0
         self.hits = torch.zeros((), device=device)  # running on the device: no synchronisation per step
@@ -32,6 +34,11 @@ class Curriculum:
     def form(self) -> str:
         """The form of this stage's lookup records."""
         return self.forms[self.form_index]
+
+    @property
+    def capacity(self) -> int:
+        """The most lines of this form's stages; past it, the full stage."""
+        return self.capacities[self.form]
 
     @property
     def full(self) -> bool:

@@ -37,6 +37,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast, T5Config, T5For
 
 from lengthx.minis.curriculum import Curriculum
 from lengthx.minis.export import export_fp16
+from lengthx.minis.lookup_data import form_capacity
 from lengthx.minis.loop import Box, TrainingLoop, log
 from lengthx.minis.retrieval_args import lookup_forms, parse_args
 from lengthx.minis.retrieval_card import card_counts, card_lines, model_card, retrieval_bar, trained_tasks
@@ -105,9 +106,10 @@ class RetrievalRecipe:
         torch.manual_seed(args.seed)
         t0 = time.time()
         self.mix = Mixture(tok, args, device)
-        self.curriculum = Curriculum(self.mix.gens["lines"].capacity(), args.gate, args.gate_window, device,
-                                     lookup_forms(args))
-        log(f"token-id tables built in {time.time() - t0:.1f}s; lines capacity {self.curriculum.capacity} at L_tr "
+        forms = lookup_forms(args)  # a form before the last ends at what its records hold (lengthx.minis.curriculum)
+        self.curriculum = Curriculum(self.mix.gens["lines"].capacity(), args.gate, args.gate_window, device, forms,
+                                     {f: form_capacity(tok, args.l_tr, f, args.lines_format) for f in forms[:-1]})
+        log(f"token-id tables built in {time.time() - t0:.1f}s; lines capacity {self.curriculum.capacities} at L_tr "
             f"{args.l_tr}; passkey filler up to {self.mix.gens['passkey'].max_garbage} chars; shares {self.mix.sizes}")
         self.model = build_model(args, tok).to(device)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01,
