@@ -8,7 +8,7 @@ export TOKENIZERS_PARALLELISM := false
 # The suite runs in one process per core (pytest-xdist, at most 4), each test file in one of them, one thread each.
 PYTEST_PARALLEL ?= -n auto --maxprocesses 4 --dist loadfile
 
-.PHONY: gpu-study-carry install test test-artifacts test-slurm test-fast test-triton demo bench gpu-wheels bench-gpu tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5 mini-t5-lm mini-t5-lm-study mini-t5-study mini-t5-counts-study mini-t5-lookup-study mini-t5-lookup-report lint clean
+.PHONY: gpu-study-carry gpu-lookup-carry install test test-artifacts test-slurm test-fast test-triton demo bench gpu-wheels bench-gpu tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5 mini-t5-lm mini-t5-lm-study mini-t5-study mini-t5-counts-study mini-t5-lookup-study mini-t5-lookup-report lint clean
 
 install: $(VENV)/.installed
 
@@ -95,6 +95,13 @@ gpu-wheels: install
 # resume (stores.tar.gz); WORKERS="seed1/step-02400=5 ..." runs that many processes on a snapshot (workers.txt).
 # `python scripts/studies/study_mini_t5_counts.py --pending` prints the line for the first-of-K study's pending cells.
 STUDY_DIR ?= results/mini-t5-study
+# The lookup study's resume points for a GPU call (docs/gpu.md, "The lookup study on a GPU"; gpu_runs/gpu_lookup.sh).
+gpu-lookup-carry:
+	rm -rf .device-carry/lookup
+	for v in $(LOOKUP_VARIANTS); do d=results/mini-t5-lookup/train/$$v; test -f $$d/resume.pt || continue; \
+		mkdir -p .device-carry/lookup/$$v && cp $$d/resume.pt $$d/curve.json .device-carry/lookup/$$v/ || exit 2; done
+	du -sh .device-carry/lookup/*
+
 gpu-study-carry:
 	@test -n "$(SNAPSHOTS)" || { echo 'SNAPSHOTS is empty. Fix: make gpu-study-carry SNAPSHOTS="seed0/step-00300 ..."'; exit 2; }
 	@for s in $(SNAPSHOTS); do test -f $(STUDY_DIR)/snapshots/$$s/README.md || { echo "$(STUDY_DIR)/snapshots/$$s: no snapshot there. Fix: name one of $$(cd $(STUDY_DIR)/snapshots && echo seed*/step-*)"; exit 2; }; done
