@@ -4,9 +4,12 @@ pass config overrides; each seeds torch itself, so the same arguments give the s
 
 from __future__ import annotations
 
+import importlib.util
 import random
 import subprocess
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -27,6 +30,18 @@ from transformers import (
 from lengthx.attention.temperature import ATTN_NAME, register
 from lengthx.data.splits import is_test_document
 from lengthx.models import LoadedModel, get_family
+
+
+def load_script(relpath: str) -> ModuleType:
+    """A script of the repository (``scripts/…``, not a package) imported as a module under its file name, its folder
+    on the path for its own imports (as when it runs)."""
+    path = Path(__file__).resolve().parents[1] / relpath
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
 def tiny_t5(attn: str = ATTN_NAME, seed: int = 0, **overrides) -> T5ForConditionalGeneration:

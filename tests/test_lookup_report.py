@@ -4,7 +4,6 @@ from a variant's curve."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import subprocess
@@ -12,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 from lengthx.minis.lookup_data import lookup_record
 
@@ -20,11 +20,7 @@ MINI = ROOT / "lengthx" / "checkpoints" / "mini-t5"
 
 
 def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "studies" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"scripts/studies/{name}.py")
 
 
 @pytest.fixture(scope="module")

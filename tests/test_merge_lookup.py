@@ -4,25 +4,20 @@ returned snapshots get the shipped tokenizer back."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 import tarfile
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("merge_lookup", ROOT / "scripts" / "maintenance" / "merge_lookup.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/maintenance/merge_lookup.py")
 
 
 def _point(path: Path, step: int) -> None:

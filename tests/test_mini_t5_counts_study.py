@@ -3,12 +3,11 @@ committed records (docs/mini-t5-study.md, second study)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "results" / "mini-t5-counts"
@@ -16,12 +15,7 @@ KS = (1, 2, 3, 4, 5)
 
 
 def _script():
-    sys.path.insert(0, str(ROOT / "scripts" / "studies"))
-    spec = importlib.util.spec_from_file_location("study_mini_t5_counts", ROOT / "scripts" / "studies" / "study_mini_t5_counts.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/studies/study_mini_t5_counts.py")
 
 
 def _snapshot(root: Path, seed: int, step: int, passkey: float, topics: float, per_k: tuple[float, ...]) -> None:

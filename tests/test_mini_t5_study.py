@@ -3,23 +3,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "results" / "mini-t5-study"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("study_mini_t5", ROOT / "scripts" / "studies" / "study_mini_t5.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/studies/study_mini_t5.py")
 
 
 def _snapshot(root: Path, seed: int, step: int, passkey: float, topics: float) -> None:

@@ -6,7 +6,6 @@ installs them.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -18,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import train_overrides
+from conftest import load_script, train_overrides
 from safetensors.torch import load_file
 from test_faults import _env
 
@@ -29,10 +28,7 @@ LENGTHX = [sys.executable, "-m", "lengthx.cli"]
 
 
 def _cluster_module():
-    spec = importlib.util.spec_from_file_location("local_cluster", ROOT / "scripts" / "slurm" / "local_cluster.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/slurm/local_cluster.py")
 
 
 CLUSTER = _cluster_module()

@@ -3,11 +3,11 @@ the store here without two records of one example under one configuration (docs/
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import sys
 import tarfile
 from pathlib import Path
+
+from conftest import load_script
 
 from lengthx.core.store import ResultsStore
 from lengthx.core.store.merge import merge_store, merge_tree
@@ -122,11 +122,7 @@ def test_every_store_of_a_tree_lands_in_its_place(tmp_path):
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("merge_stores", ROOT / "scripts" / "maintenance" / "merge_stores.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/maintenance/merge_stores.py")
 
 
 def test_the_script_merges_a_calls_archive_and_refuses_bad_input_in_one_line(tmp_path, capsys):
