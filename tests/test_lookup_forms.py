@@ -87,6 +87,7 @@ def test_a_form_before_the_last_ends_at_the_lines_its_records_hold(tok):
     kept = [lookup_record(tok, 256, n + 1, False, random.Random(i), "short", "one-piece")[2] for i in range(20)]
     assert all(lookup_record(tok, 256, n, False, random.Random(i), "short", "one-piece")[2] == n for i in range(20))
     assert min(kept) <= n  # n + 1 lines do not always fit
+    assert form_capacity(tok, 100_000, "one-piece", draws=1) == len(one_piece_words(tok)[0])  # keys run out first
     cur = Curriculum(capacity=15, gate=0.9, window=4, device=CPU, forms=("one-piece", "benchmark"),
                      capacities={"one-piece": 2})
     assert _pass(cur, 10) and _pass(cur, 20) and (cur.form, cur.stage, cur.capacity) == ("benchmark", 1, 15)

@@ -88,11 +88,15 @@ def lookup_record(tok: PreTrainedTokenizerFast, l_tr: int, n_lines: int, multi: 
 
 def form_capacity(tok: PreTrainedTokenizerFast, l_tr: int, form: str, fmt: str = "short", draws: int = 20) -> int:
     """The most lines a single-question record of ``form`` holds at ``l_tr`` in every one of ``draws`` seeded
-    draws: the last counted stage of a form the curriculum leaves for the next (:mod:`lengthx.minis.curriculum`)."""
+    draws (or as many as its keys allow): the last counted stage of a form the curriculum leaves for the next
+    (:mod:`lengthx.minis.curriculum`)."""
     n = 1
-    while all(lookup_record(tok, l_tr, n + 1, False, random.Random(f"capacity:{form}:{n + 1}:{i}"), fmt, form)[2]
-              == n + 1 for i in range(draws)):
-        n += 1
+    try:
+        while all(lookup_record(tok, l_tr, n + 1, False, random.Random(f"capacity:{form}:{n + 1}:{i}"), fmt, form)[2]
+                  == n + 1 for i in range(draws)):
+            n += 1
+    except ValueError:  # more lines than the form has distinct keys for: every count it can draw fits
+        pass
     return n
 
 
