@@ -70,12 +70,17 @@ def classify(answer: str, prompt: str, tok: PreTrainedTokenizerFast) -> tuple[st
 
 
 @torch.no_grad()
-def diagnose(snapshot: Path, k: int, n: int, l_tr: int, fmt: str,
+def load(snapshot: Path) -> tuple[T5ForConditionalGeneration, PreTrainedTokenizerFast]:
+    """A snapshot's model (fp32, eval mode) and tokenizer, loaded once for all its rows."""
+    tok = PreTrainedTokenizerFast.from_pretrained(snapshot, trust_remote_code=False)
+    model = T5ForConditionalGeneration.from_pretrained(snapshot, dtype=torch.float32, trust_remote_code=False).eval()
+    return model, tok
+
+
+def diagnose(model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast, k: int, n: int, l_tr: int, fmt: str,
              form: str = "benchmark") -> tuple[Counter, Counter, Counter]:
     """Counts of kinds and echoes over ``n`` records of exactly ``k`` lines in ``form`` (fewer kept ones are drawn
     again), and the kinds of random numbers of that form's range given to the same records (the chance row)."""
-    tok = PreTrainedTokenizerFast.from_pretrained(snapshot, trust_remote_code=False)
-    model = T5ForConditionalGeneration.from_pretrained(snapshot, dtype=torch.float32, trust_remote_code=False).eval()
     prompts: list[str] = []
     i = 0
     while len(prompts) < n:
@@ -122,9 +127,10 @@ def main() -> None:
            + " |", "|---|---|---|---|" + "---|" * (len(KINDS) + len(ECHOES))]
     chance_rows: list[str] = []
     for snap in args.snapshots:
+        model, tok = load(snap)
         for form in args.forms:
             for k in args.counts:
-                kinds, echoes, chance = diagnose(snap, k, args.n, args.l_tr, args.format, form)
+                kinds, echoes, chance = diagnose(model, tok, k, args.n, args.l_tr, args.format, form)
                 n = args.n
                 cells = [f"{100 * kinds[x] / n:.0f}%" for x in KINDS] + [f"{100 * echoes[x] / n:.0f}%" for x in ECHOES]
                 out.append(f"| {snap.parent.name}/{snap.name} | {form} | {k} | {n} | " + " | ".join(cells) + " |")
