@@ -266,14 +266,11 @@ mini-t5: install
 # same, one-piece keys and values first) and S (from random weights) on lines records in the short format (half
 # multi-query, the key echoed) beside passkey and first-of-K topics, 20,000 steps each on one thread, fp16 snapshots every 2,000 steps committed to
 # results/mini-t5-lookup/snapshots/<variant>. Resumable; a variant whose last snapshot is committed, or whose
-# training stopped at the gate, is not trained again.
+# training stopped at the gate, is not trained again. Each variant is its own recipe (lengthx/conf/mini/lookup_<variant>.yaml).
 LOOKUP_VARIANTS ?= warm pieces scratch
 mini-t5-lookup-study: install
 	for v in $(LOOKUP_VARIANTS); do test -f results/mini-t5-lookup/snapshots/$$v/step-20000/README.md && continue; \
-		init=; if [ $$v != scratch ]; then init="init_from=lengthx/checkpoints/mini-t5"; fi; \
-		forms=benchmark; if [ $$v = pieces ]; then forms=one-piece,benchmark; fi; \
-		OMP_NUM_THREADS=1 nice $(LX) train-mini recipe=lookup $$init "lookup_forms=[$$forms]" \
-		out=results/mini-t5-lookup/train/$$v snapshots_to=results/mini-t5-lookup/snapshots/$$v || exit 1; done
+		OMP_NUM_THREADS=1 nice $(LX) train-mini recipe=lookup_$$v || exit 1; done
 
 # The lookup study's report (docs/mini-t5-study.md): every variant's curve (results/mini-t5-lookup/curves.{png,md})
 # and what each committed snapshot gets wrong (results/mini-t5-lookup/errors.md, 100 held-out records per count and

@@ -29,6 +29,16 @@ def tok():
                                                    trust_remote_code=False)
 
 
+def _keys_after_line(pieces: list[str]) -> list[list[str]]:
+    """The pieces after each ``line`` piece up to its ``:`` or ``?`` (a lone ``▁`` left out)."""
+    out = []
+    for i, piece in enumerate(pieces):
+        if piece.lstrip("▁") == "line":
+            end = next(j for j in range(i + 1, len(pieces)) if pieces[j] in (":", "?"))
+            out.append([p for p in pieces[i + 1:end] if p != "▁"])
+    return out
+
+
 def test_one_piece_records_have_keys_of_one_token_words_and_values_of_one_token(tok):
     adjectives, nouns = one_piece_words(tok)
     assert len(adjectives) > 100 and len(nouns) > 500  # enough words for records of every count that fits
@@ -40,8 +50,9 @@ def test_one_piece_records_have_keys_of_one_token_words_and_values_of_one_token(
             adjective, noun = key.split("-")
             assert adjective in adjectives and noun in nouns
             assert 1 <= int(value) <= ONE_PIECE_MAX
-            assert len(tok.tokenize(f"line {key}:")) == len(tok.tokenize("line -:")) + 2  # adjective and noun
             assert len([t for t in tok.tokenize(f"<{value}>") if t.strip("▁")]) == 3  # "<", the value, ">"
+        keys = _keys_after_line(tok.tokenize(prompt))  # in each line, and in a single question
+        assert len(keys) == kept + (seed % 2) and all(len(k) == 3 and k[1] == "-" for k in keys), keys
         answers = [f"{k} is {v}" for k, v in pairs]
         if seed % 2 == 0:  # multi-query: every kept line answered, in the asked order
             assert sorted(target.rstrip(".").split(". ")) == sorted(answers)

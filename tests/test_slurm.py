@@ -177,10 +177,15 @@ def _resumed_to(sweep: SlowSweep, reference: Path) -> None:
 
 
 def test_a_job_requeued_mid_cell_resumes_to_the_uninterrupted_rows(cluster, tmp_path, uninterrupted):
+    """SLURM sends SIGTERM (which submitit's job ignores) and SIGKILL KillWait seconds later; the cluster's KillWait
+    is short enough that the first run cannot finish the cell in between, so its result comes from the second."""
     sweep = SlowSweep(cluster, tmp_path / "slurm")
     sweep.act("scontrol", "requeue")
     rc, out = sweep.end()
     assert rc == 0, out[-4000:]
+    (log,) = sweep.folder().glob("*_log.out")
+    first = log.read_text().split("Starting with JobEnvironment")[1]
+    assert "Job completed successfully" not in first, "the first run finished the cell before SLURM killed it"
     assert sweep.requeued() == 1 and sweep.starts() == 2
     _resumed_to(sweep, uninterrupted)
 

@@ -81,7 +81,8 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 def _run(as_a_process, recipe: str, out: Path, *extra: str) -> str:
     """``lengthx train-mini recipe=RECIPE <tiny> seed=1 <extra>`` writing under ``out``; its stdout."""
     trainer, _ = compose_recipe(recipe, [])
-    outs = ([f"work={out}", f"out={out}-out", f"summary={out}-out.md"] if trainer == "decoders" else [f"out={out}"])
+    outs = ([f"work={out}", f"out={out}-out", f"summary={out}-out.md"] if trainer == "decoders" else
+            [f"out={out}", f"snapshots_to={out}-snapshots"] if trainer == "retrieval" else [f"out={out}"])
     p = as_a_process(["lengthx", "train-mini", f"recipe={recipe}", *TINY[trainer], "seed=1", *outs, *extra])
     assert p.returncode == 0, p.stderr[-2000:]
     return p.stdout
@@ -116,12 +117,33 @@ def test_a_recipe_from_the_cli_stopped_and_resumed_ends_on_its_scripts_weights(t
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", ["retrieval_study", "lookup"])
+@pytest.mark.parametrize("recipe", ["retrieval_study", "lookup", "lookup_pieces"])
 def test_the_other_recipes_train_from_the_cli_and_resume(tmp_path, as_a_process, recipe):
-    _run(as_a_process, recipe, tmp_path / "cli", "stop_step=2")
-    assert "resumed from" in _run(as_a_process, recipe, tmp_path / "cli")
+    tiny = ["init_from=null"]  # the tiny shapes are not the shipped mini-t5's that P starts from
+    _run(as_a_process, recipe, tmp_path / "cli", "stop_step=2", *tiny)
+    assert "resumed from" in _run(as_a_process, recipe, tmp_path / "cli", *tiny)
     assert (tmp_path / "cli" / "export" / "README.md").is_file()  # trained to its end, exported with its card
 
 
+LOOKUP_VARIANTS = {  # docs/mini-t5-study.md, the lookup stand-in's variants: their start and record forms
+    "warm": ["init_from=lengthx/checkpoints/mini-t5", "lookup_forms=[benchmark]"],
+    "pieces": ["init_from=lengthx/checkpoints/mini-t5", "lookup_forms=[one-piece,benchmark]"],
+    "scratch": ["lookup_forms=[benchmark]"],
+}
+
+
+@pytest.mark.parametrize("variant", sorted(LOOKUP_VARIANTS))
+def test_a_lookup_variants_recipe_is_the_lookup_recipe_with_its_start_forms_and_folders(variant):
+    """Each variant of the lookup study is a recipe on ``lookup`` (Hydra's defaults list): the same trainer command
+    as ``recipe=lookup`` with the variant's options and the study's folders, and what its Makefile target runs."""
+    where = [f"out=results/mini-t5-lookup/train/{variant}", f"snapshots_to=results/mini-t5-lookup/snapshots/{variant}"]
+    ours = compose_recipe(f"lookup_{variant}", [])
+    assert ours == compose_recipe("lookup", LOOKUP_VARIANTS[variant] + where)
+    assert compose_recipe(f"lookup_{variant}", ["out=o", "device=cuda"])[1]["device"] == "cuda"
+    assert "train-mini recipe=lookup_$$v" in (ROOT / "Makefile").read_text()
+
+
 def test_every_recipe_is_tested_by_a_run():
-    assert set(_recipes()) == {"first_of_k", "t5_lm", "decoders", "retrieval_study", "lookup"}
+    """A run of each recipe (the lookup variants but P: their composition above, on the run of ``lookup``)."""
+    assert set(_recipes()) == {"first_of_k", "t5_lm", "decoders", "retrieval_study", "lookup",
+                               *(f"lookup_{v}" for v in LOOKUP_VARIANTS)}

@@ -47,15 +47,30 @@ def answer(pairs: list[tuple[str, int]]) -> str:
     return ". ".join(f"{idx} is {n}" for idx, n in pairs) + ("." if len(pairs) > 1 else "")
 
 
+def key_pieces(tok: PreTrainedTokenizerFast, key: str) -> tuple[list[str], list[str]]:
+    """The pieces of ``key`` where a record puts it, in its line and in the question (a lone ``"▁"`` before it left
+    out); an empty list where the key runs into the text around it."""
+    out = []
+    for text, end in ((LINE_TEMPLATE.format(idx=key, n=1), ":"), (QUESTION_TEMPLATE.format(idx=key), "?")):
+        pieces = tok.tokenize(text)
+        start = max(i for i, p in enumerate(pieces) if p.lstrip("▁") == "line") + 1
+        out.append([p for p in pieces[start:pieces.index(end, start)] if p != "▁"] if end in pieces[start:] else [])
+    return out[0], out[1]
+
+
 @lru_cache(maxsize=4)
 def one_piece_words(tok: PreTrainedTokenizerFast) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The line-index adjectives and nouns (:func:`lengthx.tasks.lines.line_index_vocabulary`) that are one token
-    where a key puts them: the adjective after ``"line "``, the noun after the hyphen."""
+    where a key puts them, in its line and in the question: the adjective after ``"line "``, the noun after the
+    hyphen (:func:`key_pieces`)."""
     adjectives, nouns = line_index_vocabulary()
-    base = len(tok.tokenize("line -:"))
-    one = lambda text: len(tok.tokenize(text)) == base + 1  # noqa: E731
-    return (tuple(a for a in adjectives if a.isalpha() and one(f"line {a}-:")),
-            tuple(n for n in nouns if n.isalpha() and one(f"line -{n}:")))
+
+    def one(key: str, noun: bool) -> bool:  # one piece before the hyphen (the adjective) or after it (the noun)
+        return all("-" in p and (len(p) - p.index("-") - 1 if noun else p.index("-")) == 1
+                   for p in key_pieces(tok, key))
+
+    return (tuple(a for a in adjectives if a.isalpha() and one(f"{a}-{nouns[0]}", False)),
+            tuple(n for n in nouns if n.isalpha() and one(f"{adjectives[0]}-{n}", True)))
 
 
 def lookup_record(tok: PreTrainedTokenizerFast, l_tr: int, n_lines: int, multi: bool, rng: random.Random,

@@ -5,7 +5,8 @@ checks every key against the trainer's own options, and runs the trainer with th
 A recipe's keys are its trainer's options, spelled as the option without its dashes (``--max-steps`` is
 ``max_steps``). The trainers are the ones ``scripts/train_mini_*.py`` run, with the same options, so a recipe
 trains the weights the script does with those options, bit for bit, and the card records the resolved options as
-the script's command line (what a later reader reruns, whatever the recipe file says by then).
+the script's command line (what a later reader reruns, whatever the recipe file says by then). A recipe may build
+on another through Hydra's defaults list (a study's variant on the study's recipe: ``lookup_pieces`` on ``lookup``).
 """
 
 from __future__ import annotations
@@ -69,6 +70,11 @@ def compose_recipe(name: str, overrides: list[str]) -> tuple[str, dict[str, Any]
     if name not in known:
         raise UsageError(f"recipe={name}: no such recipe. The recipes ({RECIPES_DIR}): {', '.join(known)}")
     raw = OmegaConf.load(RECIPES_DIR / f"{name}.yaml")
+    if "defaults" in raw:  # a recipe built on another (a study's variant on its study's recipe): its whole config
+        try:
+            raw = compose([], config_name=f"mini/{name}")
+        except HydraException as err:
+            raise UsageError(f"{RECIPES_DIR / name}.yaml: {err}".replace("\n", " ")) from None
     trainer = str(raw.get("trainer"))
     if trainer not in TRAINERS:
         raise UsageError(f"{RECIPES_DIR / name}.yaml: trainer: {trainer} is not a trainer; one of {', '.join(TRAINERS)}")

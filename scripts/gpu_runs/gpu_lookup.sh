@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a lent GPU (docs/gpu.md, "The lookup study on a GPU"): the lookup stand-in's variants
 # (docs/mini-t5-study.md, third study) trained on, side by side, each through its own recipe
-# (lengthx train-mini recipe=lookup, device=cuda, the Makefile's mini-t5-lookup-study options), from the resume
+# (lengthx train-mini recipe=lookup_<variant>, device=cuda, as the Makefile's mini-t5-lookup-study), from the resume
 # points carried in .device-carry/lookup/<variant>/ (resume.pt and curve.json: make gpu-lookup-carry).
 #
 # Each run saves its resume point every minute and stops at LOOKUP_SECONDS (default 520); every PACK_SECONDS (60)
@@ -35,9 +35,7 @@ T0=$(date +%s)
 for v in $VARIANTS; do
   mkdir -p "$W/train/$v"
   if [ -f "$C/$v/resume.pt" ]; then cp "$C/$v/resume.pt" "$C/$v/curve.json" "$W/train/$v/"; fi
-  init=; if [ "$v" != scratch ]; then init="init_from=lengthx/checkpoints/mini-t5"; fi
-  forms=benchmark; if [ "$v" = pieces ]; then forms=one-piece,benchmark; fi
-  timeout "$SECS" $PY -m lengthx.cli train-mini recipe=lookup $init "lookup_forms=[$forms]" device="$DEV" \
+  timeout "$SECS" $PY -m lengthx.cli train-mini recipe="lookup_$v" device="$DEV" \
     save_every_minutes=1 out="$W/train/$v" snapshots_to="$W/snapshots/$v" >"$W/logs/$v.log" 2>&1 &
 done
 while [ -n "$(jobs -r)" ]; do
