@@ -104,3 +104,28 @@ def test_the_curves_script_names_the_fix_when_no_variant_has_trained(tmp_path):
         [sys.executable, str(ROOT / "scripts" / "studies" / "plot_lookup_curves.py"), "--train-dir", str(tmp_path),
          "--out-dir", str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 1 and "make mini-t5-lookup-study" in proc.stderr and not list(tmp_path.iterdir())
+
+
+def _two_line_curve(last: int, em, form=lambda step: "benchmark") -> list[dict]:
+    """A curve row every 100 steps to ``last``, its 2-line teacher-forced EM ``em(step)`` in ``form(step)``."""
+    return [{"step": s, "minutes": s / 100, "stage": 2, "form": form(s), "em_by_lines": {"1": 0.9, "2": em(s)}}
+            for s in range(100, last + 1, 100)]
+
+
+@pytest.mark.parametrize("last, em, form, verdict", [
+    (20_000, lambda s: 0.1 + s / 1e5, None, "met: 20,000 steps, past the budget's 20,000"),
+    (15_100, lambda s: 0.28, None, "met: past 10,000 and flat"),
+    (15_100, lambda s: 0.25 + 0.02 * (s % 3), None, "met: past 10,000 and flat"),  # noise within the band
+    (9_900, lambda s: 0.28, None, "not met: 9,900 steps, neither past 20,000 nor past 10,000"),
+    (15_100, lambda s: 0.2 + (s - 10_000) / 25_000, None, "not met: past 10,000 but not flat"),  # still rising
+    (15_100, lambda s: 0.5, lambda s: "one-piece", "none, none, none, none, none (a block without such records)"),
+    (15_100, lambda s: 0.28, lambda s: "benchmark" if s > 11_200 else "one-piece", ": none, 0.28, 0.28, 0.28, 0.28"),
+])
+def test_the_budget_rule_reads_the_benchmark_forms_two_line_curve(last, em, form, verdict):
+    """docs/mini-t5-study.md's budget: past 20,000 steps, or past 10,000 and the last 5,000 flat (1,000-step means
+    of the benchmark form's 2-line teacher-forced EM within ±0.05 of theirs); P's steps of another form do not count."""
+    plot = _script("plot_lookup_curves")
+    rows = _two_line_curve(last, em, form or (lambda s: "benchmark"))
+    assert verdict in plot.budget(rows)
+    assert plot.budget(rows).startswith("met") == verdict.startswith("met")
+    assert f"Budget: {plot.budget(rows)}." in plot.table({"v": rows})

@@ -6,7 +6,8 @@ curriculum's counts so far), the curriculum's stage changes marked (with the rec
 trains several: its rows are of the form it was training). Right panel: greedy exact match on the 16
 held-out records of each card set, every 500 steps (lines of exactly 2, 6 and 12, passkey, topics). The table
 lists, every 500 steps, the stage, the teacher-forced EM by lines kept (single-question and multi-query) and the
-held-out greedy EM, with each variant's steps and thread-hours.
+held-out greedy EM, with each variant's steps and thread-hours and where it stands against the study's budget
+(:func:`budget`).
 
     .venv/bin/python scripts/studies/plot_lookup_curves.py           # results/mini-t5-lookup/curves.{png,md}
 """
@@ -78,6 +79,35 @@ def draw(curves: dict[str, list[dict]], out: Path) -> None:
     plt.close(fig)
 
 
+BUDGET_STEPS, FLAT_AFTER, FLAT_WINDOW, FLAT_BAND = 20_000, 10_000, 5_000, 0.05
+
+
+def budget(rows: list[dict]) -> str:
+    """Where a variant stands against the study's budget (docs/mini-t5-study.md, "Budget"): past 20,000 steps, or
+    past 10,000 and flat over its last 5,000, flat meaning the benchmark form's single-question 2-line
+    teacher-forced EM, by 1,000-step means over those steps, every mean within ±0.05 of theirs (a step not of the
+    benchmark's form, or without 2-line records, leaves its block without a mean and the rule unmet)."""
+    last = rows[-1]["step"]
+    if last >= BUDGET_STEPS:
+        return f"met: {last:,} steps, past the budget's {BUDGET_STEPS:,}"
+    blocks = [(last - FLAT_WINDOW + 1000 * i, last - FLAT_WINDOW + 1000 * (i + 1)) for i in range(FLAT_WINDOW // 1000)]
+    means = []
+    for lo, hi in blocks:
+        vals = [r["em_by_lines"]["2"] for r in rows if lo < r["step"] <= hi and r.get("form", "benchmark") == "benchmark"
+                and "2" in r.get("em_by_lines", {})]
+        means.append(sum(vals) / len(vals) if vals else None)
+    shown = ", ".join("none" if m is None else f"{m:.2f}" for m in means)
+    where = f"the benchmark form's 2-line teacher-forced EM by 1,000 steps over steps {last - FLAT_WINDOW:,}-{last:,}: "
+    if last <= FLAT_AFTER:
+        return f"not met: {last:,} steps, neither past {BUDGET_STEPS:,} nor past {FLAT_AFTER:,}"
+    if None in means:
+        return f"not met: {where}{shown} (a block without such records); it trains on to {BUDGET_STEPS:,}"
+    centre = sum(means) / len(means)
+    if max(abs(m - centre) for m in means) <= FLAT_BAND:
+        return f"met: past {FLAT_AFTER:,} and flat, {where}{shown}, each within ±{FLAT_BAND} of their mean {centre:.2f}"
+    return f"not met: past {FLAT_AFTER:,} but not flat, {where}{shown} (±{FLAT_BAND} of their mean {centre:.2f})"
+
+
 def table(curves: dict[str, list[dict]]) -> str:
     """The numbers every 500 steps, one section per variant."""
     parts = ["# The lookup study's curves\n",
@@ -89,6 +119,7 @@ def table(curves: dict[str, list[dict]]) -> str:
         last = rows[-1]
         parts.append(f"\n## {name}: {last['step']:,} steps, {last['minutes'] / 60:.1f} thread-hours, stage "
                      f"{stage(last)}\n")
+        parts.append(f"Budget: {budget(rows)}.\n")
         parts.append("| step | stage | TF EM by lines (single) | TF EM by lines (multi) | "
                      + " | ".join(HELD) + " |")
         parts.append("|---|---|---|---|" + "---|" * len(HELD))
