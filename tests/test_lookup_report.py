@@ -129,3 +129,23 @@ def test_the_budget_rule_reads_the_benchmark_forms_two_line_curve(last, em, form
     assert verdict in plot.budget(rows)
     assert plot.budget(rows).startswith("met") == verdict.startswith("met")
     assert f"Budget: {plot.budget(rows)}." in plot.table({"v": rows})
+
+
+def test_the_two_line_table_tells_a_lookup_by_key_from_one_that_ignores_it(tok):
+    """Answers sorted by the line asked: the asked line's number fills the diagonal; always the second line's
+    number fills one column, whichever line is asked."""
+    from collections import Counter
+
+    errors = _script("lookup_errors")
+    prompts = [lookup_record(tok, 256, 2, False, random.Random(f"two:{i}"), "short")[0] for i in range(40)]
+    places = [errors.asked_place(p) for p in prompts]
+    assert set(places) == {1, 2}
+    for policy, want in [(lambda lines, asked: lines[asked - 1][1], ("100%", "0%", "0%", "100%")),
+                         (lambda lines, asked: lines[1][1], ("0%", "100%", "0%", "100%"))]:
+        by_place = Counter()
+        for prompt, asked in zip(prompts, places, strict=True):
+            answer = f"x is {policy(errors._LINE.findall(prompt), asked)}"
+            by_place[(asked, errors.classify(answer, prompt, tok)[0])] += 1
+        first, second = errors.place_rows("warm/step-00100", "benchmark", by_place)
+        assert first.startswith(f"| warm/step-00100 | benchmark | first | {places.count(1)} | ")
+        assert (first.split(" | ")[4:6], second.split(" | ")[4:6]) == (list(want[:2]), list(want[2:]))

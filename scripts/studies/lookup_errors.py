@@ -13,7 +13,9 @@ read. Kinds, first that applies:
 
 Each count gets a ``chance`` row too: the kinds of uniformly random numbers in the form's range given as the
 answer to the same records (:data:`CHANCE_DRAWS` per record, shown to a tenth of a point), so that a kind's rate can be read against what matching pieces by luck gives.
-Beside the kind: whether the echoed key is the asked one, another line's, or neither. Records come from the
+Beside the kind: whether the echoed key is the asked one, another line's, or neither. For records of two lines, a
+second table splits the answers by the line asked (the first or the second): which line's number the answer is.
+A model that looks up by key answers the line asked; one that ignores the key answers alike whichever is asked. Records come from the
 trainer's own builder (:func:`lengthx.minis.lookup_data.lookup_record`) at seeds no study or card uses
 (``diagnose:<K>:<i>``). Prints one row per snapshot and count as it goes; ``--out`` writes the whole table at the end.
 
@@ -78,9 +80,10 @@ def load(snapshot: Path) -> tuple[T5ForConditionalGeneration, PreTrainedTokenize
 
 
 def diagnose(model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast, k: int, n: int, l_tr: int, fmt: str,
-             form: str = "benchmark") -> tuple[Counter, Counter, Counter]:
+             form: str = "benchmark") -> tuple[Counter, Counter, Counter, Counter]:
     """Counts of kinds and echoes over ``n`` records of exactly ``k`` lines in ``form`` (fewer kept ones are drawn
-    again), and the kinds of random numbers of that form's range given to the same records (the chance row)."""
+    again), the kinds of random numbers of that form's range given to the same records (the chance row), and the
+    kinds by the asked line's place in the record (``(1, "right")``: the first line asked, its number answered)."""
     prompts: list[str] = []
     i = 0
     while len(prompts) < n:
@@ -92,6 +95,7 @@ def diagnose(model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast, k:
             raise SystemExit(f"records of {k} lines rarely fit {l_tr} tokens")
     kinds: Counter = Counter()
     echoes: Counter = Counter()
+    by_place: Counter = Counter()
     rng = random.Random(f"chance:{form}:{k}")
     most = MAX_VALUE if form == "benchmark" else ONE_PIECE_MAX
     chance = Counter(classify(str(rng.randint(1, most)), prompt, tok)[0] for prompt in prompts
@@ -105,7 +109,25 @@ def diagnose(model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast, k:
             kind, echo = classify(answer, prompt, tok)
             kinds[kind] += 1
             echoes[echo] += 1
-    return kinds, echoes, chance
+            by_place[(asked_place(prompt), kind)] += 1
+    return kinds, echoes, chance, by_place
+
+
+def asked_place(prompt: str) -> int:
+    """The asked line's place in the record, from 1."""
+    return [k for k, _ in _LINE.findall(prompt)].index(_ASKED.search(prompt).group(1)) + 1
+
+
+def place_rows(name: str, form: str, by_place: Counter) -> list[str]:
+    """The two-line table's rows for one snapshot and form: per line asked, whose number the answer is."""
+    rows = []
+    for asked in (1, 2):
+        n = sum(v for (place, _), v in by_place.items() if place == asked)
+        got = {"first line's": by_place[(asked, "right" if asked == 1 else "other line")],
+               "second line's": by_place[(asked, "right" if asked == 2 else "other line")]}
+        cells = [f"{100 * v / n:.0f}%" if n else "" for v in (*got.values(), n - sum(got.values()))]
+        rows.append(f"| {name} | {form} | {('first', 'second')[asked - 1]} | {n} | " + " | ".join(cells) + " |")
+    return rows
 
 
 def main() -> None:
@@ -126,11 +148,15 @@ def main() -> None:
            "| snapshot | form | lines | n | " + " | ".join(KINDS) + " | " + " | ".join(f"echo: {e}" for e in ECHOES)
            + " |", "|---|---|---|---|" + "---|" * (len(KINDS) + len(ECHOES))]
     chance_rows: list[str] = []
+    two = ["\n## Records of two lines: whose number the answer is, by the line asked\n",
+           "| snapshot | form | line asked | n | first line's | second line's | neither |", "|---|---|---|---|---|---|---|"]
     for snap in args.snapshots:
         model, tok = load(snap)
         for form in args.forms:
             for k in args.counts:
-                kinds, echoes, chance = diagnose(model, tok, k, args.n, args.l_tr, args.format, form)
+                kinds, echoes, chance, by_place = diagnose(model, tok, k, args.n, args.l_tr, args.format, form)
+                if k == 2:
+                    two += place_rows(f"{snap.parent.name}/{snap.name}", form, by_place)
                 n = args.n
                 cells = [f"{100 * kinds[x] / n:.0f}%" for x in KINDS] + [f"{100 * echoes[x] / n:.0f}%" for x in ECHOES]
                 out.append(f"| {snap.parent.name}/{snap.name} | {form} | {k} | {n} | " + " | ".join(cells) + " |")
@@ -141,7 +167,7 @@ def main() -> None:
                                        + " | ".join(luck)
                                        + " | | | |")
                     print(chance_rows[-1], flush=True)
-    out += chance_rows
+    out += chance_rows + (two if 2 in args.counts else [])
     if args.out:  # written whole at the end, so a stopped run leaves the last table in place
         args.out.write_text("\n".join(out) + "\n")
         print(f"wrote {args.out}")
