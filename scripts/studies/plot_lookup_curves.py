@@ -24,6 +24,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 HELD = ("lines-n2", "lines-n6", "lines-n12", "passkey", "topics")
+# what changed under a variant mid-run (docs/mini-t5-study.md: "A lost state…", the variants' fixes), marked on
+# the figure so that a dip there is not read as the model's
+EVENTS = {"warm": ((4_000, "resumed from resume.pt"),), "pieces": ((6_136, "one-piece words fixed"),)}
 
 
 def read(train_dir: Path) -> dict[str, list[dict]]:
@@ -54,6 +57,10 @@ def draw(curves: dict[str, list[dict]], out: Path) -> None:
             if stage(row) != stage(prev):
                 left.axvline(row["step"], color="0.6", ls=":", lw=0.8)
                 left.text(row["step"], 1.02, f"stage {stage(row)}", fontsize=7, ha="center")
+        for step, what in EVENTS.get(name, ()):
+            if step <= steps[-1]:
+                left.axvline(step, color="C3", ls="--", lw=0.8)
+                left.text(step, 0.03, f" {what}", fontsize=7, color="C3", rotation=90, va="bottom")
         left.set_ylim(0, 1.08)
         left.set_xlim(0, max(steps) * 1.02)
         left.set_xlabel("step")
