@@ -49,7 +49,9 @@ def answer(pairs: list[tuple[str, int]]) -> str:
 
 def key_pieces(tok: PreTrainedTokenizerFast, key: str) -> tuple[list[str], list[str]]:
     """The pieces of ``key`` where a record puts it, in its line and in the question (a lone ``"▁"`` before it left
-    out); an empty list where the key runs into the text around it."""
+    out): those after the text's last ``line`` piece, up to the ``:`` or ``?`` after the key; an empty list where
+    the key runs into that punctuation. A key with a ``line`` piece of its own (``pipe`` ``line``) is cut at it, so
+    such a word never passes for one piece in :func:`one_piece_words`."""
     out = []
     for text, end in ((LINE_TEMPLATE.format(idx=key, n=1), ":"), (QUESTION_TEMPLATE.format(idx=key), "?")):
         pieces = tok.tokenize(text)
