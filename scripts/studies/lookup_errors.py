@@ -14,9 +14,9 @@ read. Kinds, first that applies:
 Each count gets a ``chance`` row too: the kinds of uniformly random numbers in the form's range given as the
 answer to the same records (:data:`CHANCE_DRAWS` per record, shown to a tenth of a point), so that a kind's rate can be read against what matching pieces by luck gives.
 Beside the kind: whether the echoed key is the asked one, another line's, or neither. For records of two lines, a
-second table splits the answers by the line asked (the first or the second): which line's number the answer is.
-A model that looks up by key answers the line asked; one that ignores the key answers alike whichever is asked. Records come from the
-trainer's own builder (:func:`lengthx.minis.lookup_data.lookup_record`) at seeds no study or card uses
+second table splits the answers by the line asked (the first or the second): which line's number the answer is. A
+model that looks up by key answers the line asked; one that ignores the key answers alike whichever is asked.
+Records come from the trainer's own builder (:func:`lengthx.minis.lookup_data.lookup_record`) at seeds no study or card uses
 (``diagnose:<K>:<i>``). Prints one row per snapshot and count as it goes; ``--out`` writes the whole table at the end.
 
     .venv/bin/python scripts/studies/lookup_errors.py results/mini-t5-lookup/snapshots/warm/step-08000 --counts 2 6 12 --out errors.md
