@@ -86,7 +86,7 @@ def draw(curves: dict[str, list[dict]], out: Path) -> None:
     plt.close(fig)
 
 
-BUDGET_STEPS, FLAT_AFTER, FLAT_WINDOW, FLAT_BAND = 20_000, 10_000, 5_000, 0.05
+BUDGET_STEPS, FLAT_AFTER, FLAT_WINDOW, FLAT_BLOCK, FLAT_BAND = 20_000, 10_000, 5_000, 1_000, 0.05
 
 
 def budget(rows: list[dict]) -> str:
@@ -97,16 +97,15 @@ def budget(rows: list[dict]) -> str:
     last = rows[-1]["step"]
     if last >= BUDGET_STEPS:
         return f"met: {last:,} steps, past the budget's {BUDGET_STEPS:,}"
-    blocks = [(last - FLAT_WINDOW + 1000 * i, last - FLAT_WINDOW + 1000 * (i + 1)) for i in range(FLAT_WINDOW // 1000)]
+    if last <= FLAT_AFTER:
+        return f"not met: {last:,} steps, neither past {BUDGET_STEPS:,} nor past {FLAT_AFTER:,}"
     means = []
-    for lo, hi in blocks:
-        vals = [r["em_by_lines"]["2"] for r in rows if lo < r["step"] <= hi and r.get("form", "benchmark") == "benchmark"
-                and "2" in r.get("em_by_lines", {})]
+    for lo in range(last - FLAT_WINDOW, last, FLAT_BLOCK):
+        vals = [r["em_by_lines"]["2"] for r in rows if lo < r["step"] <= lo + FLAT_BLOCK
+                and r.get("form", "benchmark") == "benchmark" and "2" in r.get("em_by_lines", {})]
         means.append(sum(vals) / len(vals) if vals else None)
     shown = ", ".join("none" if m is None else f"{m:.2f}" for m in means)
     where = f"the benchmark form's 2-line teacher-forced EM by 1,000 steps over steps {last - FLAT_WINDOW:,}-{last:,}: "
-    if last <= FLAT_AFTER:
-        return f"not met: {last:,} steps, neither past {BUDGET_STEPS:,} nor past {FLAT_AFTER:,}"
     if None in means:
         return f"not met: {where}{shown} (a block without such records); it trains on to {BUDGET_STEPS:,}"
     centre = sum(means) / len(means)
