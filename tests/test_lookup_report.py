@@ -149,3 +149,31 @@ def test_the_two_line_table_tells_a_lookup_by_key_from_one_that_ignores_it(tok):
         first, second = errors.place_rows("warm/step-00100", "benchmark", by_place)
         assert first.startswith(f"| warm/step-00100 | benchmark | first | {places.count(1)} | ")
         assert (first.split(" | ")[4:6], second.split(" | ")[4:6]) == (list(want[:2]), list(want[2:]))
+
+
+def test_kept_answers_are_reused_for_the_same_weights_and_prompts_and_only_for_them(tmp_path, tok):
+    """A rerun over a snapshot whose answers are kept generates nothing and gives the same table; new prompts or
+    other weights (a snapshot written again under the same name) are generated afresh, and replace the old file."""
+    import shutil
+
+    import torch
+    from transformers import T5ForConditionalGeneration
+
+    errors = _script("lookup_errors")
+    snap = tmp_path / "warm" / "step-00100"
+    shutil.copytree(MINI, snap)
+    cache = tmp_path / "answers"
+    text, generated = errors.report([snap], [1, 2], 4, 256, "short", ["benchmark"], cache)
+    assert generated == 8 and (cache / "warm-step-00100.json").exists()
+    assert errors.report([snap], [1, 2], 4, 256, "short", ["benchmark"], cache) == (text, 0)
+    assert errors.report([snap], [2], 3, 256, "short", ["benchmark"], cache)[1] == 3  # other records: generated
+    with pytest.raises(LookupError):
+        errors.report([snap], [6], 3, 256, "short", ["benchmark"], cache, kept_only=True)
+
+    model = T5ForConditionalGeneration.from_pretrained(snap)
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+    model.save_pretrained(snap)
+    old = json.loads((cache / "warm-step-00100.json").read_text())["weights"]
+    assert errors.report([snap], [1, 2], 4, 256, "short", ["benchmark"], cache)[1] == 8
+    assert json.loads((cache / "warm-step-00100.json").read_text())["weights"] not in ("", old)

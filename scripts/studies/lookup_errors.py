@@ -19,15 +19,23 @@ model that looks up by key answers the line asked; one that ignores the key answ
 Records come from the trainer's own builder (:func:`lengthx.minis.lookup_data.lookup_record`) at seeds no study or card uses
 (``diagnose:<K>:<i>``). Prints one row per snapshot and count as it goes; ``--out`` writes the whole table at the end.
 
+With ``--cache DIR``, each snapshot's greedy answers are kept in ``DIR/<variant>-<step>.json`` (:class:`Answers`),
+keyed by the SHA-256 of its weights and of the prompts asked, so a rerun over every snapshot generates only for a
+new snapshot, count or form; changed weights or records are generated afresh, never read from an old file.
+
     .venv/bin/python scripts/studies/lookup_errors.py results/mini-t5-lookup/snapshots/warm/step-08000 --counts 2 6 12 --out errors.md
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import random
 import re
 from collections import Counter
+from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -39,13 +47,19 @@ from lengthx.tasks.lines import MAX_VALUE
 KINDS = ("right", "other line", "near", "near other", "no line")
 ECHOES = ("asked key", "other key", "no key")
 CHANCE_DRAWS = 50  # random answers per record for the chance rows
+MAX_NEW_TOKENS = 24
 _LINE = re.compile(r"line (\S+): REGISTER_CONTENT is <(\d+)>")
 _ASKED = re.compile(r"in line (\S+)\? I need the number")
 
 
+@lru_cache(maxsize=1 << 17)
+def _number_pieces(tok: PreTrainedTokenizerFast, number: str) -> tuple[str, ...]:
+    return tuple(t for t in tok.tokenize(number) if t.strip("▁"))
+
+
 def near(a: str, b: str, tok: PreTrainedTokenizerFast) -> bool:
     """Whether number ``a`` looks like a garbling of ``b``: the same first or last token."""
-    pa, pb = ([t for t in tok.tokenize(x) if t.strip("▁")] for x in (a, b))
+    pa, pb = _number_pieces(tok, a), _number_pieces(tok, b)
     return a != b and (pa[0] == pb[0] or pa[-1] == pb[-1])
 
 
@@ -71,19 +85,53 @@ def classify(answer: str, prompt: str, tok: PreTrainedTokenizerFast) -> tuple[st
     return kind, echo
 
 
-@torch.no_grad()
-def load(snapshot: Path) -> tuple[T5ForConditionalGeneration, PreTrainedTokenizerFast]:
-    """A snapshot's model (fp32, eval mode) and tokenizer, loaded once for all its rows."""
-    tok = PreTrainedTokenizerFast.from_pretrained(snapshot, trust_remote_code=False)
-    model = T5ForConditionalGeneration.from_pretrained(snapshot, dtype=torch.float32, trust_remote_code=False).eval()
-    return model, tok
+class Answers:
+    """One snapshot's tokenizer and greedy answers, generated once per list of prompts (its model loaded only then,
+    fp32, eval mode) and, with a ``path``, kept there as JSON: ``{"weights": <sha256 of model.safetensors>,
+    "answers": {<sha256 of the prompts>: [answer, ...]}}``. A file written for other weights is ignored and replaced.
+    With ``kept_only``, answers not kept raise :class:`LookupError` instead of being generated (a check that a
+    committed table is what its kept answers give)."""
+
+    def __init__(self, snapshot: Path, path: Path | None = None, kept_only: bool = False):
+        self.snapshot, self.path, self.kept_only = snapshot, path, kept_only
+        self.tok = PreTrainedTokenizerFast.from_pretrained(snapshot, trust_remote_code=False)
+        self.weights = hashlib.sha256((snapshot / "model.safetensors").read_bytes()).hexdigest()
+        kept = json.loads(path.read_text()) if path is not None and path.exists() else {}
+        self.entries: dict[str, list[str]] = kept.get("answers", {}) if kept.get("weights") == self.weights else {}
+        self.generated = 0
+        self._model: T5ForConditionalGeneration | None = None
+
+    def of(self, prompts: list[str]) -> list[str]:
+        """The answers to ``prompts``: kept ones, or generated (and kept) now."""
+        key = hashlib.sha256(json.dumps([MAX_NEW_TOKENS, prompts]).encode()).hexdigest()
+        if key not in self.entries:
+            if self.kept_only:
+                raise LookupError(f"{self.path or self.snapshot}: no answers kept for these records (or these weights)")
+            self.entries[key] = self._generate(prompts)
+            self.generated += len(prompts)
+            if self.path is not None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = self.path.with_suffix(".tmp")
+                tmp.write_text(json.dumps({"weights": self.weights, "answers": self.entries}, indent=0) + "\n")
+                tmp.replace(self.path)
+        return self.entries[key]
+
+    @torch.no_grad()
+    def _generate(self, prompts: list[str]) -> list[str]:
+        if self._model is None:
+            self._model = T5ForConditionalGeneration.from_pretrained(self.snapshot, dtype=torch.float32,
+                                                                     trust_remote_code=False).eval()
+        out: list[str] = []
+        for j in range(0, len(prompts), 32):
+            enc = self.tok(prompts[j : j + 32], return_tensors="pt", padding=True)
+            out += self.tok.batch_decode(self._model.generate(**enc, max_new_tokens=MAX_NEW_TOKENS, do_sample=False,
+                                                              num_beams=1), skip_special_tokens=True)
+        return out
 
 
-def diagnose(model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast, k: int, n: int, l_tr: int, fmt: str,
-             form: str = "benchmark") -> tuple[Counter, Counter, Counter, Counter]:
-    """Counts of kinds and echoes over ``n`` records of exactly ``k`` lines in ``form`` (fewer kept ones are drawn
-    again), the kinds of random numbers of that form's range given to the same records (the chance row), and the
-    kinds by the asked line's place in the record (``(1, "right")``: the first line asked, its number answered)."""
+def records(tok: PreTrainedTokenizerFast, k: int, n: int, l_tr: int, fmt: str, form: str = "benchmark") -> list[str]:
+    """The prompts of ``n`` held-out single-question records of exactly ``k`` lines in ``form`` (fewer kept ones
+    are drawn again)."""
     prompts: list[str] = []
     i = 0
     while len(prompts) < n:
@@ -93,23 +141,30 @@ def diagnose(model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast, k:
             prompts.append(prompt)
         if i > 20 * n:
             raise SystemExit(f"records of {k} lines rarely fit {l_tr} tokens")
+    return prompts
+
+
+def diagnose(answers: Answers, prompts: list[str], form: str = "benchmark",
+             with_chance: bool = True) -> tuple[Counter, Counter, Counter, Counter]:
+    """Counts of kinds and echoes of a snapshot's ``answers`` to ``prompts`` (:func:`records`), the kinds of random
+    numbers of that form's range given to the same records (the chance row; empty unless ``with_chance``), and
+    the kinds by the asked line's place in the record (``(1, "right")``: the first line asked, its number
+    answered)."""
+    tok = answers.tok
     kinds: Counter = Counter()
     echoes: Counter = Counter()
     by_place: Counter = Counter()
-    rng = random.Random(f"chance:{form}:{k}")
-    most = MAX_VALUE if form == "benchmark" else ONE_PIECE_MAX
-    chance = Counter(classify(str(rng.randint(1, most)), prompt, tok)[0] for prompt in prompts
-                     for _ in range(CHANCE_DRAWS))
-    for j in range(0, n, 32):
-        chunk = prompts[j : j + 32]
-        enc = tok(chunk, return_tensors="pt", padding=True)
-        out = tok.batch_decode(model.generate(**enc, max_new_tokens=24, do_sample=False, num_beams=1),
-                               skip_special_tokens=True)
-        for answer, prompt in zip(out, chunk, strict=True):
-            kind, echo = classify(answer, prompt, tok)
-            kinds[kind] += 1
-            echoes[echo] += 1
-            by_place[(asked_place(prompt), kind)] += 1
+    chance: Counter = Counter()
+    if with_chance:
+        rng = random.Random(f"chance:{form}:{len(_LINE.findall(prompts[0]))}")  # seeded by form and line count
+        most = MAX_VALUE if form == "benchmark" else ONE_PIECE_MAX
+        chance.update(classify(str(rng.randint(1, most)), prompt, tok)[0] for prompt in prompts
+                      for _ in range(CHANCE_DRAWS))
+    for answer, prompt in zip(answers.of(prompts), prompts, strict=True):
+        kind, echo = classify(answer, prompt, tok)
+        kinds[kind] += 1
+        echoes[echo] += 1
+        by_place[(asked_place(prompt), kind)] += 1
     return kinds, echoes, chance, by_place
 
 
@@ -130,6 +185,45 @@ def place_rows(name: str, form: str, by_place: Counter) -> list[str]:
     return rows
 
 
+def report(snapshots: list[Path], counts: list[int], n: int, l_tr: int, fmt: str, forms: list[str],
+           cache: Path | None = None, say: Callable[[str], None] = lambda row: None,
+           kept_only: bool = False) -> tuple[str, int]:
+    """(errors.md's text, answers generated rather than read from ``cache``) for ``snapshots``; ``say`` gets each
+    row as it is made; ``kept_only``: read every answer from ``cache`` (:class:`Answers`)."""
+    out = ["# What the lookup stand-in's snapshots get wrong\n\nWritten by `scripts/studies/lookup_errors.py` "
+           f"(greedy, {n} held-out single-question records of exactly K lines at L_tr = {l_tr} per row; "
+           "the kinds are defined in its docstring).\n",
+           "| snapshot | form | lines | n | " + " | ".join(KINDS) + " | " + " | ".join(f"echo: {e}" for e in ECHOES)
+           + " |", "|---|---|---|---|" + "---|" * (len(KINDS) + len(ECHOES))]
+    chance_rows: list[str] = []
+    two = ["\n## Records of two lines: whose number the answer is, by the line asked\n",
+           "| snapshot | form | line asked | n | first line's | second line's | neither |", "|---|---|---|---|---|---|---|"]
+    generated = 0
+    held_out: dict[tuple[str, str, int], list[str]] = {}  # the same records for every snapshot of one tokenizer
+    for snap in snapshots:
+        name = f"{snap.parent.name}/{snap.name}"
+        answers = Answers(snap, cache / f"{snap.parent.name}-{snap.name}.json" if cache else None, kept_only)
+        vocab = hashlib.sha256((snap / "tokenizer.json").read_bytes()).hexdigest()
+        for form in forms:
+            for k in counts:
+                if (vocab, form, k) not in held_out:
+                    held_out[(vocab, form, k)] = records(answers.tok, k, n, l_tr, fmt, form)
+                kinds, echoes, chance, by_place = diagnose(answers, held_out[(vocab, form, k)], form,
+                                                           with_chance=snap == snapshots[-1])
+                if k == 2:
+                    two += place_rows(name, form, by_place)
+                cells = [f"{100 * kinds[x] / n:.0f}%" for x in KINDS] + [f"{100 * echoes[x] / n:.0f}%" for x in ECHOES]
+                out.append(f"| {name} | {form} | {k} | {n} | " + " | ".join(cells) + " |")
+                say(out[-1])
+                if snap == snapshots[-1]:  # the same records for every snapshot: one chance row per count
+                    luck = [f"{100 * chance[x] / (n * CHANCE_DRAWS):.1f}%" for x in KINDS]
+                    chance_rows.append(f"| chance (random numbers) | {form} | {k} | {n * CHANCE_DRAWS} | "
+                                       + " | ".join(luck) + " | | | |")
+                    say(chance_rows[-1])
+        generated += answers.generated
+    return "\n".join(out + chance_rows + (two if 2 in counts else [])) + "\n", generated
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("snapshots", nargs="+", type=Path)
@@ -140,36 +234,14 @@ def main() -> None:
     p.add_argument("--forms", nargs="+", choices=FORMS, default=["benchmark"],
                    help="the record forms to diagnose (lengthx.minis.lookup_data.FORMS; the card's is benchmark)")
     p.add_argument("--out", type=Path, help="the Markdown file to write (default: the rows on stdout only)")
+    p.add_argument("--cache", type=Path, help="a folder keeping each snapshot's answers (Answers; default: none kept)")
     args = p.parse_args()
     torch.set_num_threads(1)
-    out = ["# What the lookup stand-in's snapshots get wrong\n\nWritten by `scripts/studies/lookup_errors.py` "
-           f"(greedy, {args.n} held-out single-question records of exactly K lines at L_tr = {args.l_tr} per row; "
-           "the kinds are defined in its docstring).\n",
-           "| snapshot | form | lines | n | " + " | ".join(KINDS) + " | " + " | ".join(f"echo: {e}" for e in ECHOES)
-           + " |", "|---|---|---|---|" + "---|" * (len(KINDS) + len(ECHOES))]
-    chance_rows: list[str] = []
-    two = ["\n## Records of two lines: whose number the answer is, by the line asked\n",
-           "| snapshot | form | line asked | n | first line's | second line's | neither |", "|---|---|---|---|---|---|---|"]
-    for snap in args.snapshots:
-        model, tok = load(snap)
-        for form in args.forms:
-            for k in args.counts:
-                kinds, echoes, chance, by_place = diagnose(model, tok, k, args.n, args.l_tr, args.format, form)
-                if k == 2:
-                    two += place_rows(f"{snap.parent.name}/{snap.name}", form, by_place)
-                n = args.n
-                cells = [f"{100 * kinds[x] / n:.0f}%" for x in KINDS] + [f"{100 * echoes[x] / n:.0f}%" for x in ECHOES]
-                out.append(f"| {snap.parent.name}/{snap.name} | {form} | {k} | {n} | " + " | ".join(cells) + " |")
-                print(out[-1], flush=True)
-                if snap == args.snapshots[-1]:  # the same records for every snapshot: one chance row per count
-                    luck = [f"{100 * chance[x] / (n * CHANCE_DRAWS):.1f}%" for x in KINDS]
-                    chance_rows.append(f"| chance (random numbers) | {form} | {k} | {n * CHANCE_DRAWS} | "
-                                       + " | ".join(luck)
-                                       + " | | | |")
-                    print(chance_rows[-1], flush=True)
-    out += chance_rows + (two if 2 in args.counts else [])
+    text, generated = report(args.snapshots, args.counts, args.n, args.l_tr, args.format, args.forms, args.cache,
+                             say=lambda row: print(row, flush=True))
+    print(f"{generated} answers generated")
     if args.out:  # written whole at the end, so a stopped run leaves the last table in place
-        args.out.write_text("\n".join(out) + "\n")
+        args.out.write_text(text)
         print(f"wrote {args.out}")
 
 

@@ -25,3 +25,21 @@ def test_the_error_table_covers_every_committed_snapshot():
     rows = set(re.findall(r"^\| (\w+/step-\d+) \|", (STUDY / "errors.md").read_text(), re.M))
     snapshots = {f"{p.parent.name}/{p.name}" for p in (STUDY / "snapshots").glob("*/step-*") if (p / "README.md").is_file()}
     assert rows == snapshots, FIX
+
+
+@pytest.mark.skipif(not (STUDY / "errors.md").is_file(), reason="the lookup study has no report yet")
+def test_the_error_table_is_what_the_kept_answers_of_the_committed_snapshots_give():
+    """errors.md re-sorted from each snapshot's kept answers (results/mini-t5-lookup/answers/), which must be those
+    of the committed weights and records: nothing generated, so the check is quick and exact."""
+    errors = _script("lookup_errors")
+    text = (STUDY / "errors.md").read_text()
+    n, l_tr = map(int, re.search(r"greedy, (\d+) held-out .* at L_tr = (\d+) per row", text).groups())
+    rows = re.findall(r"^\| \w+/step-\d+ \| ([\w-]+) \| (\d+) \|", text, re.M)
+    forms = list(dict.fromkeys(form for form, _ in rows))
+    counts = list(dict.fromkeys(int(k) for _, k in rows))
+    snapshots = sorted(p for p in (STUDY / "snapshots").glob("*/step-*") if (p / "README.md").is_file())
+    try:
+        again, _ = errors.report(snapshots, counts, n, l_tr, "short", forms, STUDY / "answers", kept_only=True)
+    except LookupError as e:
+        pytest.fail(f"{e}; {FIX}")
+    assert again == text, FIX
