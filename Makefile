@@ -274,12 +274,15 @@ mini-t5-lookup-study: install
 
 # The lookup study's report (docs/mini-t5-study.md): every variant's curve (results/mini-t5-lookup/curves.{png,md})
 # and what each committed snapshot gets wrong (results/mini-t5-lookup/errors.md, 100 held-out records per count and
-# record form; each snapshot's answers kept in results/mini-t5-lookup/answers/, so only a new snapshot is generated).
+# record form; each snapshot's answers kept in results/mini-t5-lookup/answers/, so only a new snapshot is generated)
+# and where they attend on records of two lines (results/mini-t5-lookup/attention.md).
 mini-t5-lookup-report: install
 	$(BIN)/python scripts/studies/plot_lookup_curves.py
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/studies/lookup_errors.py results/mini-t5-lookup/snapshots/*/step-* \
 		--counts 1 2 6 12 --n 100 --forms benchmark one-piece --out results/mini-t5-lookup/errors.md \
 		--cache results/mini-t5-lookup/answers
+	OMP_NUM_THREADS=1 $(BIN)/python scripts/studies/lookup_attention.py results/mini-t5-lookup/snapshots/*/step-* \
+		--n 100 --forms one-piece benchmark --out results/mini-t5-lookup/attention.md
 
 mini-t5-lm-study: install
 	$(LX) train-mini recipe=t5_lm out=runs/mini-t5-lm-h8 heads=8 steps=2000 snapshots=1000 export=runs/mini-t5-lm-h8/export

@@ -35,8 +35,8 @@ def record(tok):
     errors = _script("lookup_errors")
     prompt, target, kept = lookup_record(tok, 256, 3, False, random.Random("test"), "short")
     assert kept == 3
-    lines = dict(errors._LINE.findall(prompt))
-    asked = errors._ASKED.search(prompt).group(1)
+    lines = dict(errors.LINE.findall(prompt))
+    asked = errors.ASKED.search(prompt).group(1)
     return errors, prompt, target, lines, asked
 
 
@@ -144,7 +144,7 @@ def test_the_two_line_table_tells_a_lookup_by_key_from_one_that_ignores_it(tok):
                          (lambda lines, asked: lines[1][1], ("0%", "100%", "0%", "100%"))]:
         by_place = Counter()
         for prompt, asked in zip(prompts, places, strict=True):
-            answer = f"x is {policy(errors._LINE.findall(prompt), asked)}"
+            answer = f"x is {policy(errors.LINE.findall(prompt), asked)}"
             by_place[(asked, errors.classify(answer, prompt, tok)[0])] += 1
         first, second = errors.place_rows("warm/step-00100", "benchmark", by_place)
         assert first.startswith(f"| warm/step-00100 | benchmark | first | {places.count(1)} | ")
@@ -177,3 +177,26 @@ def test_kept_answers_are_reused_for_the_same_weights_and_prompts_and_only_for_t
     old = json.loads((cache / "warm-step-00100.json").read_text())["weights"]
     assert errors.report([snap], [1, 2], 4, 256, "short", ["benchmark"], cache)[1] == 8
     assert json.loads((cache / "warm-step-00100.json").read_text())["weights"] not in ("", old)
+
+
+def test_a_key_with_a_space_is_a_line_of_the_record(tok):
+    """The benchmark's adjectives include ``ad hoc``: such a line is read as a line, and asked for as one."""
+    errors = _script("lookup_errors")
+    spaced_other = spaced_asked = None
+    for i in range(2000):
+        prompt, target, kept = lookup_record(tok, 256, 2, False, random.Random(f"spaced:{i}"), "short")
+        keys = [line.split(": REGISTER")[0][len("line "):] for line in prompt.split("\n") if "REGISTER_CONTENT is" in line]
+        asked = target.split(" is ")[0]
+        if any(" " in k and k != asked for k in keys):
+            spaced_other = spaced_other or (prompt, target, keys)
+        if " " in asked:
+            spaced_asked = spaced_asked or (prompt, target, keys)
+    assert spaced_other and spaced_asked
+    prompt, target, keys = spaced_other
+    lines = dict(errors.LINE.findall(prompt))
+    assert list(lines) == keys
+    other = next(k for k in keys if " " in k)
+    assert errors.classify(f"x is {lines[other]}", prompt, tok)[0] == "other line"
+    prompt, target, keys = spaced_asked
+    assert errors.ASKED.search(prompt).group(1) == target.split(" is ")[0]
+    assert errors.classify(target, prompt, tok) == ("right", "asked key")

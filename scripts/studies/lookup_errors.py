@@ -48,8 +48,8 @@ KINDS = ("right", "other line", "near", "near other", "no line")
 ECHOES = ("asked key", "other key", "no key")
 CHANCE_DRAWS = 50  # random answers per record for the chance rows
 MAX_NEW_TOKENS = 24
-_LINE = re.compile(r"line (\S+): REGISTER_CONTENT is <(\d+)>")
-_ASKED = re.compile(r"in line (\S+)\? I need the number")
+LINE = re.compile(r"line ([^:\n]+): REGISTER_CONTENT is <(\d+)>")  # keys may hold a space ("ad hoc-anniversary")
+ASKED = re.compile(r"in line ([^?\n]+)\? I need the number")
 
 
 @lru_cache(maxsize=1 << 17)
@@ -65,8 +65,8 @@ def near(a: str, b: str, tok: PreTrainedTokenizerFast) -> bool:
 
 def classify(answer: str, prompt: str, tok: PreTrainedTokenizerFast) -> tuple[str, str]:
     """(kind, echo) of one answer to one single-question record (module doc)."""
-    lines = dict(_LINE.findall(prompt))
-    asked = _ASKED.search(prompt).group(1)
+    lines = dict(LINE.findall(prompt))
+    asked = ASKED.search(prompt).group(1)
     numbers = re.findall(r"\d+", answer)
     last = numbers[-1] if numbers else ""
     others = [v for k, v in lines.items() if k != asked]
@@ -156,7 +156,7 @@ def diagnose(answers: Answers, prompts: list[str], form: str = "benchmark",
     by_place: Counter = Counter()
     chance: Counter = Counter()
     if with_chance:
-        rng = random.Random(f"chance:{form}:{len(_LINE.findall(prompts[0]))}")  # seeded by form and line count
+        rng = random.Random(f"chance:{form}:{len(LINE.findall(prompts[0]))}")  # seeded by form and line count
         most = MAX_VALUE if form == "benchmark" else ONE_PIECE_MAX
         chance.update(classify(str(rng.randint(1, most)), prompt, tok)[0] for prompt in prompts
                       for _ in range(CHANCE_DRAWS))
@@ -170,7 +170,7 @@ def diagnose(answers: Answers, prompts: list[str], form: str = "benchmark",
 
 def asked_place(prompt: str) -> int:
     """The asked line's place in the record, from 1."""
-    return [k for k, _ in _LINE.findall(prompt)].index(_ASKED.search(prompt).group(1)) + 1
+    return [k for k, _ in LINE.findall(prompt)].index(ASKED.search(prompt).group(1)) + 1
 
 
 def place_rows(name: str, form: str, by_place: Counter) -> list[str]:

@@ -26,7 +26,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 HELD = ("lines-n2", "lines-n6", "lines-n12", "passkey", "topics")
 # what changed under a variant mid-run (docs/mini-t5-study.md: "A lost state…", the variants' fixes), marked on
 # the figure so that a dip there is not read as the model's
-EVENTS = {"warm": ((4_000, "resumed from resume.pt"),), "pieces": ((6_136, "one-piece words fixed"),)}
+EVENTS = {"warm": ((4_000, "resumed from resume.pt"),),
+          "pieces": ((6_136, "one-piece words fixed"), (11_705, "resumed from resume.pt")),
+          "scratch": ((1_605, "resumed from resume.pt"),)}
 
 
 def read(train_dir: Path) -> dict[str, list[dict]]:

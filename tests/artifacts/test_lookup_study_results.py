@@ -20,9 +20,11 @@ def test_the_curves_table_is_rendered_from_the_committed_curves():
     assert plot.table(plot.read(STUDY / "train")) == (STUDY / "curves.md").read_text(), FIX
 
 
-@pytest.mark.skipif(not (STUDY / "errors.md").is_file(), reason="the lookup study has no report yet")
-def test_the_error_table_covers_every_committed_snapshot():
-    rows = set(re.findall(r"^\| (\w+/step-\d+) \|", (STUDY / "errors.md").read_text(), re.M))
+@pytest.mark.parametrize("report", ["errors.md", "attention.md"])
+def test_each_snapshot_table_covers_every_committed_snapshot(report):
+    if not (STUDY / report).is_file():
+        pytest.skip("the lookup study has no report yet")
+    rows = set(re.findall(r"^\| (\w+/step-\d+) \|", (STUDY / report).read_text(), re.M))
     snapshots = {f"{p.parent.name}/{p.name}" for p in (STUDY / "snapshots").glob("*/step-*") if (p / "README.md").is_file()}
     assert rows == snapshots, FIX
 
