@@ -82,6 +82,8 @@ def measure(model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast, n: 
     while got < n:
         prompt, target, kept = lookup_record(tok, l_tr, 2, False, random.Random(f"attention:{i}"), fmt, form)
         i += 1
+        if i > 20 * n:
+            raise SystemExit(f"records of two lines rarely fit {l_tr} tokens")
         if kept != 2:
             continue
         where = places(prompt, target)
