@@ -18,7 +18,7 @@ echoed. Two shares measure them, each averaged over the records, per layer and h
 
 Beside each share, its **mass**: the attention on both numbers (cross) or both keys (encoder), so that a share of
 attention too thin to matter can be told apart. Records come from the trainer's own builder
-(:func:`lengthx.minis.lookup_data.lookup_record`) at seeds no study, card or other report uses (``attention:<i>``).
+(:func:`lookup_errors.records`) at seeds no study, card or other report uses (``attention:<i>``).
 
     .venv/bin/python scripts/studies/lookup_attention.py results/mini-t5-lookup/snapshots/pieces/step-12000 --out a.md
 """
@@ -26,17 +26,17 @@ attention too thin to matter can be told apart. Records come from the trainer's 
 from __future__ import annotations
 
 import argparse
-import random
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from lookup_errors import LINE
+from lookup_errors import LINE, records
 from transformers import PreTrainedTokenizerFast, T5ForConditionalGeneration
 
-from lengthx.minis.lookup_data import FORMS, lookup_record
+from lengthx.minis.lookup_data import FORMS
 
 KINDS = ("encoder", "cross", "first line")
+MASS_OF = {"first line": "cross"}  # the first line's share is of the same mass as the asked line's
 
 
 @dataclass(frozen=True)
@@ -75,17 +75,10 @@ def share(attn: torch.Tensor, at: int, asked: list[int], other: list[int]) -> tu
 @torch.no_grad()
 def measure(model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast, n: int, l_tr: int, fmt: str,
             form: str) -> dict[str, torch.Tensor]:
-    """Mean ``encoder``, ``cross`` and ``first line`` shares, each with its mass (``"<share> mass"``), [layers,
-    heads] each, over ``n`` records of two lines."""
+    """Mean ``encoder``, ``cross`` and ``first line`` shares and the masses of the first two (``"<share> mass"``;
+    the first line's share is of the cross mass), [layers, heads] each, over ``n`` records of two lines."""
     sums: dict[str, torch.Tensor] = {}
-    got, i = 0, 0
-    while got < n:
-        prompt, target, kept = lookup_record(tok, l_tr, 2, False, random.Random(f"attention:{i}"), fmt, form)
-        i += 1
-        if i > 20 * n:
-            raise SystemExit(f"records of two lines rarely fit {l_tr} tokens")
-        if kept != 2:
-            continue
+    for prompt, target in records(tok, 2, n, l_tr, fmt, form, seed="attention:{i}"):
         where = places(prompt, target)
         enc = tok(prompt, return_offsets_mapping=True, return_tensors="pt")
         lab = tok(target, return_offsets_mapping=True, return_tensors="pt")
@@ -99,12 +92,11 @@ def measure(model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast, n: 
         encoder = [[share(a[0], numbers[line][0], keys[line], keys[1 - line]) for line in (0, 1)]
                    for a in out.encoder_attentions]
         rows = {"cross": torch.stack([s for s, _ in cross]), "cross mass": torch.stack([m for _, m in cross]),
-                "first line": torch.stack(first), "first line mass": torch.stack([m for _, m in cross]),
+                "first line": torch.stack(first),
                 "encoder": torch.stack([(a[0] + b[0]) / 2 for a, b in encoder]),
                 "encoder mass": torch.stack([(a[1] + b[1]) / 2 for a, b in encoder])}
         for k, v in rows.items():
             sums[k] = sums.get(k, 0) + v
-        got += 1
     return {k: v / n for k, v in sums.items()}
 
 
@@ -112,7 +104,7 @@ def table(name: str, form: str, m: dict[str, torch.Tensor]) -> list[str]:
     """One row per (kind, layer): each head's share, with its mass in brackets."""
     rows = []
     for kind in KINDS:
-        for layer, (s, mass) in enumerate(zip(m[kind], m[f"{kind} mass"], strict=True)):
+        for layer, (s, mass) in enumerate(zip(m[kind], m[f"{MASS_OF.get(kind, kind)} mass"], strict=True)):
             cells = " | ".join(f"{a:.2f} ({b:.2f})" for a, b in zip(s.tolist(), mass.tolist(), strict=True))
             rows.append(f"| {name} | {form} | {kind} | {layer} | {cells} |")
     return rows

@@ -129,19 +129,20 @@ class Answers:
         return out
 
 
-def records(tok: PreTrainedTokenizerFast, k: int, n: int, l_tr: int, fmt: str, form: str = "benchmark") -> list[str]:
-    """The prompts of ``n`` held-out single-question records of exactly ``k`` lines in ``form`` (fewer kept ones
-    are drawn again)."""
-    prompts: list[str] = []
+def records(tok: PreTrainedTokenizerFast, k: int, n: int, l_tr: int, fmt: str, form: str = "benchmark",
+            seed: str = "diagnose:{k}:{i}") -> list[tuple[str, str]]:
+    """(prompt, target) of ``n`` held-out single-question records of exactly ``k`` lines in ``form``, the i-th
+    drawn at ``seed.format(k=k, i=i)`` (fewer kept ones are drawn again)."""
+    out: list[tuple[str, str]] = []
     i = 0
-    while len(prompts) < n:
-        prompt, _, kept = lookup_record(tok, l_tr, k, False, random.Random(f"diagnose:{k}:{i}"), fmt, form)
+    while len(out) < n:
+        prompt, target, kept = lookup_record(tok, l_tr, k, False, random.Random(seed.format(k=k, i=i)), fmt, form)
         i += 1
         if kept == k:
-            prompts.append(prompt)
+            out.append((prompt, target))
         if i > 20 * n:
             raise SystemExit(f"records of {k} lines rarely fit {l_tr} tokens")
-    return prompts
+    return out
 
 
 def diagnose(answers: Answers, prompts: list[str], form: str = "benchmark",
@@ -207,7 +208,7 @@ def report(snapshots: list[Path], counts: list[int], n: int, l_tr: int, fmt: str
         for form in forms:
             for k in counts:
                 if (vocab, form, k) not in held_out:
-                    held_out[(vocab, form, k)] = records(answers.tok, k, n, l_tr, fmt, form)
+                    held_out[(vocab, form, k)] = [p for p, _ in records(answers.tok, k, n, l_tr, fmt, form)]
                 kinds, echoes, chance, by_place = diagnose(answers, held_out[(vocab, form, k)], form,
                                                            with_chance=snap == snapshots[-1])
                 if k == 2:
