@@ -89,7 +89,8 @@ def test_the_curves_table_lists_every_500_steps_the_last_row_and_the_variants_ho
     assert list(curves) == ["warm"]
     text = plot.table(curves)
     assert "## warm: 1,500 steps, 1.2 thread-hours, stage 2" in text
-    steps = [line.split(" | ")[0] for line in text.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    steps = [line.split(" | ")[0] for line in text.split("Every 500 steps:")[1].splitlines()
+             if line.startswith("| ") and line[2].isdigit()]
     assert steps == ["| 500", "| 1000", "| 1500"]
     assert "| 1000 | 2 | 1: 0.50, 2: 0.00 |" in text and "| 20 |  |  | 100 |  |" in text
     for row in curves["warm"]:
@@ -129,6 +130,21 @@ def test_the_budget_rule_reads_the_benchmark_forms_two_line_curve(last, em, form
     assert verdict in plot.budget(rows)
     assert plot.budget(rows).startswith("met") == verdict.startswith("met")
     assert f"Budget: {plot.budget(rows)}." in plot.table({"v": rows})
+
+
+def test_the_plateau_table_gives_each_blocks_two_line_mean_by_form():
+    """1,000-step means of the 2-line teacher-forced EM, a row per block and form (a block that changes form has
+    one of each), the last block ending at the last step; a block with no 2-line records has no row."""
+    plot = _script("plot_lookup_curves")
+    rows = _two_line_curve(3_500, lambda s: min(s, 2_500) / 10_000, lambda s: "one-piece" if s <= 1_500 else "benchmark")
+    for r in rows:
+        r["em_multi_by_lines"] = {"2": 0.1}
+    del rows[0]["em_by_lines"]["2"]
+    table = plot.block_means(rows)
+    assert table[2:] == ["| 0-1,000 | one-piece | 0.06 | 0.10 |",  # steps 200-1,000: (0.02 + 0.10) / 2
+                         "| 1,000-2,000 | one-piece | 0.13 | 0.10 |", "| 1,000-2,000 | benchmark | 0.18 | 0.10 |",
+                         "| 2,000-3,000 | benchmark | 0.24 | 0.10 |", "| 3,000-3,500 | benchmark | 0.25 | 0.10 |"]
+    assert "\n".join(table) in plot.table({"v": rows})
 
 
 def test_the_two_line_table_tells_a_lookup_by_key_from_one_that_ignores_it(tok):

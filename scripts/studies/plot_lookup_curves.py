@@ -5,7 +5,8 @@ Left panel: teacher-forced exact match of single-question lines records by the l
 curriculum's counts so far), the curriculum's stage changes marked (with the record form, for a variant that
 trains several: its rows are of the form it was training). Right panel: greedy exact match on the 16
 held-out records of each card set, every 500 steps (lines of exactly 2, 6 and 12, passkey, topics). The table
-lists, every 500 steps, the stage, the teacher-forced EM by lines kept (single-question and multi-query) and the
+gives each variant's 2-line teacher-forced EM by 1,000-step block and record form (:func:`block_means`) and lists,
+every 500 steps, the stage, the teacher-forced EM by lines kept (single-question and multi-query) and the
 held-out greedy EM, with each variant's steps and thread-hours and where it stands against the study's budget
 (:func:`budget`).
 
@@ -91,6 +92,30 @@ def draw(curves: dict[str, list[dict]], out: Path) -> None:
 BUDGET_STEPS, FLAT_AFTER, FLAT_WINDOW, FLAT_BLOCK, FLAT_BAND = 20_000, 10_000, 5_000, 1_000, 0.05
 
 
+def two_line_mean(rows: list[dict], lo: int, hi: int, form: str, key: str = "em_by_lines") -> float | None:
+    """The mean 2-line teacher-forced EM (``key``: single-question or multi-query) of the rows of ``form`` at steps
+    in (``lo``, ``hi``]; None where none has 2-line records."""
+    vals = [r[key]["2"] for r in rows if lo < r["step"] <= hi and r.get("form", "benchmark") == form
+            and "2" in r.get(key, {})]
+    return sum(vals) / len(vals) if vals else None
+
+
+def block_means(rows: list[dict]) -> list[str]:
+    """A table of the 2-line teacher-forced EM by 1,000-step block and record form, single-question and
+    multi-query: the plateau's numbers, one row per block (the last block ends at the last step)."""
+    out = ["| steps | form | 2 lines, single question | 2 lines, multi-query |", "|---|---|---|---|"]
+    last = rows[-1]["step"]
+    forms = list(dict.fromkeys(r.get("form", "benchmark") for r in rows))
+    for lo in range(0, last, FLAT_BLOCK):
+        hi = min(lo + FLAT_BLOCK, last)
+        for form in forms:
+            single = two_line_mean(rows, lo, hi, form)
+            if single is not None:
+                multi = two_line_mean(rows, lo, hi, form, "em_multi_by_lines")
+                out.append(f"| {lo:,}-{hi:,} | {form} | {single:.2f} | {'' if multi is None else f'{multi:.2f}'} |")
+    return out
+
+
 def budget(rows: list[dict]) -> str:
     """Where a variant stands against the study's budget (docs/mini-t5-study.md, "Budget"): past 20,000 steps, or
     past 10,000 and flat over its last 5,000, flat meaning the benchmark form's single-question 2-line
@@ -101,11 +126,7 @@ def budget(rows: list[dict]) -> str:
         return f"met: {last:,} steps, past the budget's {BUDGET_STEPS:,}"
     if last <= FLAT_AFTER:
         return f"not met: {last:,} steps, neither past {BUDGET_STEPS:,} nor past {FLAT_AFTER:,}"
-    means = []
-    for lo in range(last - FLAT_WINDOW, last, FLAT_BLOCK):
-        vals = [r["em_by_lines"]["2"] for r in rows if lo < r["step"] <= lo + FLAT_BLOCK
-                and r.get("form", "benchmark") == "benchmark" and "2" in r.get("em_by_lines", {})]
-        means.append(sum(vals) / len(vals) if vals else None)
+    means = [two_line_mean(rows, lo, lo + FLAT_BLOCK, "benchmark") for lo in range(last - FLAT_WINDOW, last, FLAT_BLOCK)]
     shown = ", ".join("none" if m is None else f"{m:.2f}" for m in means)
     where = f"the benchmark form's 2-line teacher-forced EM by 1,000 steps over steps {last - FLAT_WINDOW:,}-{last:,}: "
     if None in means:
@@ -128,6 +149,9 @@ def table(curves: dict[str, list[dict]]) -> str:
         parts.append(f"\n## {name}: {last['step']:,} steps, {last['minutes'] / 60:.1f} thread-hours, stage "
                      f"{stage(last)}\n")
         parts.append(f"Budget: {budget(rows)}.\n")
+        parts.append("Two lines, teacher-forced EM by 1,000 steps:\n")
+        parts.append("\n".join(block_means(rows)) + "\n")
+        parts.append("Every 500 steps:\n")
         parts.append("| step | stage | TF EM by lines (single) | TF EM by lines (multi) | "
                      + " | ".join(HELD) + " |")
         parts.append("|---|---|---|---|" + "---|" * len(HELD))
