@@ -129,6 +129,8 @@ LOOKUP_VARIANTS = {  # docs/mini-t5-study.md, the lookup stand-in's variants: th
     "warm": ["init_from=lengthx/checkpoints/mini-t5", "lookup_forms=[benchmark]"],
     "pieces": ["init_from=lengthx/checkpoints/mini-t5", "lookup_forms=[one-piece,benchmark]"],
     "scratch": ["lookup_forms=[benchmark]"],
+    "pieces_more": ["seed=1", "init_from=results/mini-t5-lookup/snapshots/pieces/step-20000", "lr=0.0003",
+                    "lookup_forms=[one-piece,benchmark]"],
 }
 
 
