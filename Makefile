@@ -276,7 +276,8 @@ mini-t5-lookup-study: install
 # The lookup study's report (docs/mini-t5-study.md): every variant's curve (results/mini-t5-lookup/curves.{png,md})
 # and what each committed snapshot gets wrong (results/mini-t5-lookup/errors.md, 100 held-out records per count and
 # record form; each snapshot's answers kept in results/mini-t5-lookup/answers/, so only a new snapshot is generated)
-# and where they attend on records of two lines (results/mini-t5-lookup/attention.md); P's turn at the end of its budget
+# and where they attend on records of two lines (results/mini-t5-lookup/attention.md, each snapshot's shares kept in
+# results/mini-t5-lookup/shares/); P's turn at the end of its budget
 # on 1,000 two-line records (results/mini-t5-lookup/late-rise.md).
 mini-t5-lookup-report: install
 	$(BIN)/python scripts/studies/plot_lookup_curves.py
@@ -287,7 +288,7 @@ mini-t5-lookup-report: install
 		pieces/step-20000 warm/step-20000,results/mini-t5-lookup/snapshots/$(s)) --counts 2 --n 1000 --forms one-piece \
 		--out results/mini-t5-lookup/late-rise.md --cache results/mini-t5-lookup/answers
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/studies/lookup_attention.py results/mini-t5-lookup/snapshots/*/step-* \
-		--n 100 --forms one-piece benchmark --out results/mini-t5-lookup/attention.md
+		--n 100 --forms one-piece benchmark --out results/mini-t5-lookup/attention.md --cache results/mini-t5-lookup/shares
 
 mini-t5-lm-study: install
 	$(LX) train-mini recipe=t5_lm out=runs/mini-t5-lm-h8 heads=8 steps=2000 snapshots=1000 export=runs/mini-t5-lm-h8/export

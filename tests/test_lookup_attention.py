@@ -58,7 +58,7 @@ def test_the_shares_tell_a_lookup_by_key_from_a_pick_by_place(attention):
 
 def test_a_snapshots_shares_are_means_over_its_layers_and_heads(attention, tok):
     model = T5ForConditionalGeneration.from_pretrained(MINI, dtype=torch.float32, attn_implementation="eager").eval()
-    m = attention.measure(model, tok, 4, 256, "short", "one-piece")
+    m = attention.measure(model, tok, attention.records(tok, 2, 4, 256, "short", "one-piece", seed="attention:{i}"))
     c = model.config
     for kind in attention.KINDS:
         layers = c.num_layers if kind == "encoder" else c.num_decoder_layers
@@ -66,3 +66,19 @@ def test_a_snapshots_shares_are_means_over_its_layers_and_heads(attention, tok):
         assert m[kind].shape == mass.shape == (layers, c.num_heads)
         assert ((0 <= m[kind]) & (m[kind] <= 1)).all() and ((0 < mass) & (mass <= 1)).all()
     assert attention.table("mini/step-0", "one-piece", m)[0].startswith("| mini/step-0 | one-piece | encoder | 0 | ")
+
+
+def test_kept_shares_give_the_table_measured_afresh_and_are_read_only_for_the_same_records(attention, tmp_path):
+    """A rerun over a snapshot whose shares are kept measures nothing and writes the same table as a run that keeps
+    nothing; other records are measured, or with ``kept_only`` refused."""
+    import shutil
+
+    snap = tmp_path / "warm" / "step-00100"
+    shutil.copytree(MINI, snap)
+    cache = tmp_path / "shares"
+    text, measured = attention.report([snap], 3, 256, "short", ["one-piece"], cache)
+    assert measured == 1 and (cache / "warm-step-00100.json").exists()
+    assert attention.report([snap], 3, 256, "short", ["one-piece"], cache, kept_only=True) == (text, 0)
+    assert attention.report([snap], 3, 256, "short", ["one-piece"]) == (text, 1)
+    with pytest.raises(LookupError):
+        attention.report([snap], 2, 256, "short", ["one-piece"], cache, kept_only=True)

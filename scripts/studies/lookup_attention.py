@@ -20,18 +20,24 @@ Beside each share, its **mass**: the attention on both numbers (cross) or both k
 attention too thin to matter can be told apart. Records come from the trainer's own builder
 (:func:`lookup_errors.records`) at seeds no study, card or other report uses (``attention:<i>``).
 
+With ``--cache DIR``, each snapshot's shares are kept in ``DIR/<variant>-<step>.json`` (:class:`kept.Kept`, field
+``shares``), keyed by its weights and the records measured, so a rerun over every snapshot measures only a new
+snapshot or form, and a committed table can be checked against its kept shares.
+
     .venv/bin/python scripts/studies/lookup_attention.py results/mini-t5-lookup/snapshots/pieces/step-12000 --out a.md
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from kept import Kept
 from lookup_errors import LINE, records
-from transformers import PreTrainedTokenizerFast, T5ForConditionalGeneration
+from transformers import PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration
 
 from lengthx.minis.lookup_data import FORMS
 
@@ -73,12 +79,13 @@ def share(attn: torch.Tensor, at: int, asked: list[int], other: list[int]) -> tu
 
 
 @torch.no_grad()
-def measure(model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast, n: int, l_tr: int, fmt: str,
-            form: str) -> dict[str, torch.Tensor]:
+def measure(model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast,
+            held_out: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
     """Mean ``encoder``, ``cross`` and ``first line`` shares and the masses of the first two (``"<share> mass"``;
-    the first line's share is of the cross mass), [layers, heads] each, over ``n`` records of two lines."""
+    the first line's share is of the cross mass), [layers, heads] each, over ``held_out``: (prompt, target) of
+    records of two lines (:func:`lookup_errors.records`)."""
     sums: dict[str, torch.Tensor] = {}
-    for prompt, target in records(tok, 2, n, l_tr, fmt, form, seed="attention:{i}"):
+    for prompt, target in held_out:
         where = places(prompt, target)
         enc = tok(prompt, return_offsets_mapping=True, return_tensors="pt")
         lab = tok(target, return_offsets_mapping=True, return_tensors="pt")
@@ -97,7 +104,7 @@ def measure(model: T5ForConditionalGeneration, tok: PreTrainedTokenizerFast, n: 
                 "encoder mass": torch.stack([(a[1] + b[1]) / 2 for a, b in encoder])}
         for k, v in rows.items():
             sums[k] = sums.get(k, 0) + v
-    return {k: v / n for k, v in sums.items()}
+    return {k: v / len(held_out) for k, v in sums.items()}
 
 
 def table(name: str, form: str, m: dict[str, torch.Tensor]) -> list[str]:
@@ -110,6 +117,54 @@ def table(name: str, form: str, m: dict[str, torch.Tensor]) -> list[str]:
     return rows
 
 
+class Shares:
+    """One snapshot's tokenizer and attention shares (:func:`measure`), measured once per list of records (its model
+    loaded only then, fp32, eager attention) and, with a ``path``, kept there (:class:`kept.Kept`, field
+    ``shares``). With ``kept_only``, shares not kept raise :class:`LookupError` instead of being measured."""
+
+    def __init__(self, snapshot: Path, path: Path | None = None, kept_only: bool = False):
+        self.snapshot = snapshot
+        self.tok = PreTrainedTokenizerFast.from_pretrained(snapshot, trust_remote_code=False)
+        self.kept = Kept(snapshot, path, "shares", kept_only)
+        self.measured = 0
+        self._model: T5ForConditionalGeneration | None = None
+
+    def of(self, held_out: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
+        """The shares over ``held_out`` ((prompt, target) of two-line records): kept ones, or measured (and kept)."""
+        kept = self.kept.get(["attention", held_out], lambda: self._measure(held_out))
+        return {k: torch.tensor(v) for k, v in kept.items()}
+
+    def _measure(self, held_out: list[tuple[str, str]]) -> dict[str, list]:
+        if self._model is None:
+            self._model = T5ForConditionalGeneration.from_pretrained(self.snapshot, dtype=torch.float32,
+                                                                     attn_implementation="eager",
+                                                                     trust_remote_code=False).eval()
+        self.measured += 1
+        return {k: v.tolist() for k, v in measure(self._model, self.tok, held_out).items()}
+
+
+def report(snapshots: list[Path], n: int, l_tr: int, fmt: str, forms: list[str], cache: Path | None = None,
+           say: Callable[[str], None] = lambda row: None, kept_only: bool = False) -> tuple[str, int]:
+    """(attention.md's text, snapshot-forms measured rather than read from ``cache``) for ``snapshots``; ``say``
+    gets each row as it is made; ``kept_only``: read every share from ``cache`` (:class:`Shares`)."""
+    heads = T5Config.from_pretrained(snapshots[0]).num_heads
+    out = ["# Where the lookup stand-in's snapshots look\n\nWritten by `scripts/studies/lookup_attention.py` "
+           f"({n} held-out records of two lines at L_tr = {l_tr}, teacher-forced; the shares are defined in its "
+           "docstring). Each cell: a head's share (its mass).\n",
+           "| snapshot | form | attention | layer | " + " | ".join(f"head {h}" for h in range(heads)) + " |",
+           "|---|---|---|---|" + "---|" * heads]
+    measured = 0
+    for snap in snapshots:
+        shares = Shares(snap, cache / f"{snap.parent.name}-{snap.name}.json" if cache else None, kept_only)
+        for form in forms:
+            m = shares.of(records(shares.tok, 2, n, l_tr, fmt, form, seed="attention:{i}"))
+            for row in table(f"{snap.parent.name}/{snap.name}", form, m):
+                out.append(row)
+                say(row)
+        measured += shares.measured
+    return "\n".join(out) + "\n", measured
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("snapshots", nargs="+", type=Path)
@@ -118,27 +173,14 @@ def main() -> None:
     p.add_argument("--format", default="short")
     p.add_argument("--forms", nargs="+", choices=FORMS, default=["one-piece"])
     p.add_argument("--out", type=Path, help="the Markdown file to write (default: the rows on stdout only)")
+    p.add_argument("--cache", type=Path, help="a folder keeping each snapshot's shares (kept.Kept; default: none)")
     args = p.parse_args()
     torch.set_num_threads(1)
-    out: list[str] = []
-    for snap in args.snapshots:
-        tok = PreTrainedTokenizerFast.from_pretrained(snap, trust_remote_code=False)
-        model = T5ForConditionalGeneration.from_pretrained(snap, dtype=torch.float32, attn_implementation="eager",
-                                                           trust_remote_code=False).eval()
-        if not out:
-            heads = model.config.num_heads
-            out = ["# Where the lookup stand-in's snapshots look\n\nWritten by `scripts/studies/lookup_attention.py` "
-                   f"({args.n} held-out records of two lines at L_tr = {args.l_tr}, teacher-forced; the shares are "
-                   "defined in its docstring). Each cell: a head's share (its mass).\n",
-                   "| snapshot | form | attention | layer | " + " | ".join(f"head {h}" for h in range(heads)) + " |",
-                   "|---|---|---|---|" + "---|" * heads]
-        for form in args.forms:
-            for row in table(f"{snap.parent.name}/{snap.name}", form,
-                             measure(model, tok, args.n, args.l_tr, args.format, form)):
-                out.append(row)
-                print(row, flush=True)
-    if args.out:
-        args.out.write_text("\n".join(out) + "\n")
+    text, measured = report(args.snapshots, args.n, args.l_tr, args.format, args.forms, args.cache,
+                            say=lambda row: print(row, flush=True))
+    print(f"{measured} snapshot-forms measured")
+    if args.out:  # written whole at the end, so a stopped run leaves the last table in place
+        args.out.write_text(text)
         print(f"wrote {args.out}")
 
 

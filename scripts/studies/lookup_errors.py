@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import random
 import re
 from collections import Counter
@@ -39,6 +38,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import torch
+from kept import Kept
 from transformers import PreTrainedTokenizerFast, T5ForConditionalGeneration
 
 from lengthx.minis.lookup_data import FORMS, ONE_PIECE_MAX, lookup_record
@@ -87,34 +87,20 @@ def classify(answer: str, prompt: str, tok: PreTrainedTokenizerFast) -> tuple[st
 
 class Answers:
     """One snapshot's tokenizer and greedy answers, generated once per list of prompts (its model loaded only then,
-    fp32, eval mode) and, with a ``path``, kept there as JSON: ``{"weights": <sha256 of model.safetensors>,
-    "answers": {<sha256 of the prompts>: [answer, ...]}}``. A file written for other weights is ignored and replaced.
-    With ``kept_only``, answers not kept raise :class:`LookupError` instead of being generated (a check that a
-    committed table is what its kept answers give)."""
+    fp32, eval mode) and, with a ``path``, kept there (:class:`kept.Kept`, field ``answers``, keyed by the prompts
+    asked). With ``kept_only``, answers not kept raise :class:`LookupError` instead of being generated (a check that
+    a committed table is what its kept answers give)."""
 
     def __init__(self, snapshot: Path, path: Path | None = None, kept_only: bool = False):
-        self.snapshot, self.path, self.kept_only = snapshot, path, kept_only
+        self.snapshot = snapshot
         self.tok = PreTrainedTokenizerFast.from_pretrained(snapshot, trust_remote_code=False)
-        self.weights = hashlib.sha256((snapshot / "model.safetensors").read_bytes()).hexdigest()
-        kept = json.loads(path.read_text()) if path is not None and path.exists() else {}
-        self.entries: dict[str, list[str]] = kept.get("answers", {}) if kept.get("weights") == self.weights else {}
+        self.kept = Kept(snapshot, path, "answers", kept_only)
         self.generated = 0
         self._model: T5ForConditionalGeneration | None = None
 
     def of(self, prompts: list[str]) -> list[str]:
         """The answers to ``prompts``: kept ones, or generated (and kept) now."""
-        key = hashlib.sha256(json.dumps([MAX_NEW_TOKENS, prompts]).encode()).hexdigest()
-        if key not in self.entries:
-            if self.kept_only:
-                raise LookupError(f"{self.path or self.snapshot}: no answers kept for these records (or these weights)")
-            self.entries[key] = self._generate(prompts)
-            self.generated += len(prompts)
-            if self.path is not None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = self.path.with_suffix(".tmp")
-                tmp.write_text(json.dumps({"weights": self.weights, "answers": self.entries}, indent=0) + "\n")
-                tmp.replace(self.path)
-        return self.entries[key]
+        return self.kept.get([MAX_NEW_TOKENS, prompts], lambda: self._generate(prompts))
 
     @torch.no_grad()
     def _generate(self, prompts: list[str]) -> list[str]:
@@ -126,13 +112,26 @@ class Answers:
             enc = self.tok(prompts[j : j + 32], return_tensors="pt", padding=True)
             out += self.tok.batch_decode(self._model.generate(**enc, max_new_tokens=MAX_NEW_TOKENS, do_sample=False,
                                                               num_beams=1), skip_special_tokens=True)
+        self.generated += len(prompts)
         return out
 
 
 def records(tok: PreTrainedTokenizerFast, k: int, n: int, l_tr: int, fmt: str, form: str = "benchmark",
             seed: str = "diagnose:{k}:{i}") -> list[tuple[str, str]]:
     """(prompt, target) of ``n`` held-out single-question records of exactly ``k`` lines in ``form``, the i-th
-    drawn at ``seed.format(k=k, i=i)`` (fewer kept ones are drawn again)."""
+    drawn at ``seed.format(k=k, i=i)`` (fewer kept ones are drawn again). Built once per tokenizer and arguments:
+    every snapshot of a study shares its tokenizer, so a report over all of them builds each set once."""
+    memo = (hashlib.sha256(tok.backend_tokenizer.to_str().encode()).hexdigest(), k, n, l_tr, fmt, form, seed)
+    if memo not in _RECORDS:
+        _RECORDS[memo] = _draw(tok, k, n, l_tr, fmt, form, seed)
+    return list(_RECORDS[memo])
+
+
+_RECORDS: dict[tuple, list[tuple[str, str]]] = {}
+
+
+def _draw(tok: PreTrainedTokenizerFast, k: int, n: int, l_tr: int, fmt: str, form: str,
+          seed: str) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     i = 0
     while len(out) < n:
@@ -200,16 +199,13 @@ def report(snapshots: list[Path], counts: list[int], n: int, l_tr: int, fmt: str
     two = ["\n## Records of two lines: whose number the answer is, by the line asked\n",
            "| snapshot | form | line asked | n | first line's | second line's | neither |", "|---|---|---|---|---|---|---|"]
     generated = 0
-    held_out: dict[tuple[str, str, int], list[str]] = {}  # the same records for every snapshot of one tokenizer
     for snap in snapshots:
         name = f"{snap.parent.name}/{snap.name}"
         answers = Answers(snap, cache / f"{snap.parent.name}-{snap.name}.json" if cache else None, kept_only)
-        vocab = hashlib.sha256((snap / "tokenizer.json").read_bytes()).hexdigest()
         for form in forms:
             for k in counts:
-                if (vocab, form, k) not in held_out:
-                    held_out[(vocab, form, k)] = [p for p, _ in records(answers.tok, k, n, l_tr, fmt, form)]
-                kinds, echoes, chance, by_place = diagnose(answers, held_out[(vocab, form, k)], form,
+                prompts = [p for p, _ in records(answers.tok, k, n, l_tr, fmt, form)]
+                kinds, echoes, chance, by_place = diagnose(answers, prompts, form,
                                                            with_chance=snap == snapshots[-1])
                 if k == 2:
                     two += place_rows(name, form, by_place)

@@ -49,3 +49,20 @@ def test_the_error_table_is_what_the_kept_answers_of_the_committed_snapshots_giv
     except LookupError as e:
         pytest.fail(f"{e}; {FIX}")
     assert again == text, FIX
+
+
+def test_the_attention_table_is_what_the_kept_shares_of_the_committed_snapshots_give():
+    """attention.md measured again from each snapshot's kept shares (results/mini-t5-lookup/shares/), which must be
+    those of the committed weights and records: nothing measured, so the check is quick and exact."""
+    if not (STUDY / "attention.md").is_file():
+        pytest.skip("the lookup study has no report yet")
+    attention = _script("lookup_attention")
+    text = (STUDY / "attention.md").read_text()
+    n, l_tr = map(int, re.search(r"\((\d+) held-out records of two lines at L_tr = (\d+)", text).groups())
+    forms = list(dict.fromkeys(re.findall(r"^\| \w+/step-\d+ \| ([\w-]+) \|", text, re.M)))
+    snapshots = [STUDY / "snapshots" / name for name in dict.fromkeys(re.findall(r"^\| (\w+/step-\d+) \|", text, re.M))]
+    try:
+        again, _ = attention.report(snapshots, n, l_tr, "short", forms, STUDY / "shares", kept_only=True)
+    except LookupError as e:
+        pytest.fail(f"{e}; {FIX}")
+    assert again == text, FIX
