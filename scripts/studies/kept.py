@@ -15,6 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+from transformers import PreTrainedTokenizerFast, T5ForConditionalGeneration
+
 
 class Kept:
     """One snapshot's kept results under ``field`` of the JSON file ``path`` (none kept without a path). With
@@ -41,3 +44,25 @@ class Kept:
                 tmp.write_text(json.dumps({"weights": self.weights, self.field: self.entries}, indent=0) + "\n")
                 tmp.replace(self.path)
         return self.entries[key]
+
+
+class SnapshotResults:
+    """One snapshot's tokenizer, its model (loaded on first use only: fp32, eval mode, ``attention`` as the attention
+    implementation where given) and its results kept under ``field`` of ``path`` (:class:`Kept`); ``computed``
+    counts the results computed rather than read."""
+
+    def __init__(self, snapshot: Path, path: Path | None, field: str, kept_only: bool = False,
+                 attention: str | None = None):
+        self.snapshot, self.attention = snapshot, attention
+        self.tok = PreTrainedTokenizerFast.from_pretrained(snapshot, trust_remote_code=False)
+        self.kept = Kept(snapshot, path, field, kept_only)
+        self.computed = 0
+        self._model: T5ForConditionalGeneration | None = None
+
+    @property
+    def model(self) -> T5ForConditionalGeneration:
+        if self._model is None:
+            extra = {"attn_implementation": self.attention} if self.attention else {}
+            self._model = T5ForConditionalGeneration.from_pretrained(self.snapshot, dtype=torch.float32,
+                                                                     trust_remote_code=False, **extra).eval()
+        return self._model

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from kept import Kept
+from kept import SnapshotResults
 from lookup_errors import LINE, records
 from transformers import PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration
 
@@ -117,17 +117,13 @@ def table(name: str, form: str, m: dict[str, torch.Tensor]) -> list[str]:
     return rows
 
 
-class Shares:
-    """One snapshot's tokenizer and attention shares (:func:`measure`), measured once per list of records (its model
-    loaded only then, fp32, eager attention) and, with a ``path``, kept there (:class:`kept.Kept`, field
-    ``shares``). With ``kept_only``, shares not kept raise :class:`LookupError` instead of being measured."""
+class Shares(SnapshotResults):
+    """One snapshot's tokenizer and attention shares (:func:`measure`, eager attention), measured once per list of
+    records and, with a ``path``, kept there (:class:`kept.SnapshotResults`, field ``shares``). With ``kept_only``,
+    shares not kept raise :class:`LookupError` instead of being measured."""
 
     def __init__(self, snapshot: Path, path: Path | None = None, kept_only: bool = False):
-        self.snapshot = snapshot
-        self.tok = PreTrainedTokenizerFast.from_pretrained(snapshot, trust_remote_code=False)
-        self.kept = Kept(snapshot, path, "shares", kept_only)
-        self.measured = 0
-        self._model: T5ForConditionalGeneration | None = None
+        super().__init__(snapshot, path, "shares", kept_only, attention="eager")
 
     def of(self, held_out: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
         """The shares over ``held_out`` ((prompt, target) of two-line records): kept ones, or measured (and kept)."""
@@ -135,12 +131,8 @@ class Shares:
         return {k: torch.tensor(v) for k, v in kept.items()}
 
     def _measure(self, held_out: list[tuple[str, str]]) -> dict[str, list]:
-        if self._model is None:
-            self._model = T5ForConditionalGeneration.from_pretrained(self.snapshot, dtype=torch.float32,
-                                                                     attn_implementation="eager",
-                                                                     trust_remote_code=False).eval()
-        self.measured += 1
-        return {k: v.tolist() for k, v in measure(self._model, self.tok, held_out).items()}
+        self.computed += 1
+        return {k: v.tolist() for k, v in measure(self.model, self.tok, held_out).items()}
 
 
 def report(snapshots: list[Path], n: int, l_tr: int, fmt: str, forms: list[str], cache: Path | None = None,
@@ -161,7 +153,7 @@ def report(snapshots: list[Path], n: int, l_tr: int, fmt: str, forms: list[str],
             for row in table(f"{snap.parent.name}/{snap.name}", form, m):
                 out.append(row)
                 say(row)
-        measured += shares.measured
+        measured += shares.computed
     return "\n".join(out) + "\n", measured
 
 

@@ -38,8 +38,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import torch
-from kept import Kept
-from transformers import PreTrainedTokenizerFast, T5ForConditionalGeneration
+from kept import SnapshotResults
+from transformers import PreTrainedTokenizerFast
 
 from lengthx.minis.lookup_data import FORMS, ONE_PIECE_MAX, lookup_record
 from lengthx.tasks.lines import MAX_VALUE
@@ -85,18 +85,14 @@ def classify(answer: str, prompt: str, tok: PreTrainedTokenizerFast) -> tuple[st
     return kind, echo
 
 
-class Answers:
-    """One snapshot's tokenizer and greedy answers, generated once per list of prompts (its model loaded only then,
-    fp32, eval mode) and, with a ``path``, kept there (:class:`kept.Kept`, field ``answers``, keyed by the prompts
-    asked). With ``kept_only``, answers not kept raise :class:`LookupError` instead of being generated (a check that
-    a committed table is what its kept answers give)."""
+class Answers(SnapshotResults):
+    """One snapshot's tokenizer and greedy answers, generated once per list of prompts and, with a ``path``, kept
+    there (:class:`kept.SnapshotResults`, field ``answers``, keyed by the prompts asked). With ``kept_only``,
+    answers not kept raise :class:`LookupError` instead of being generated (a check that a committed table is what
+    its kept answers give)."""
 
     def __init__(self, snapshot: Path, path: Path | None = None, kept_only: bool = False):
-        self.snapshot = snapshot
-        self.tok = PreTrainedTokenizerFast.from_pretrained(snapshot, trust_remote_code=False)
-        self.kept = Kept(snapshot, path, "answers", kept_only)
-        self.generated = 0
-        self._model: T5ForConditionalGeneration | None = None
+        super().__init__(snapshot, path, "answers", kept_only)
 
     def of(self, prompts: list[str]) -> list[str]:
         """The answers to ``prompts``: kept ones, or generated (and kept) now."""
@@ -104,15 +100,12 @@ class Answers:
 
     @torch.no_grad()
     def _generate(self, prompts: list[str]) -> list[str]:
-        if self._model is None:
-            self._model = T5ForConditionalGeneration.from_pretrained(self.snapshot, dtype=torch.float32,
-                                                                     trust_remote_code=False).eval()
         out: list[str] = []
         for j in range(0, len(prompts), 32):
             enc = self.tok(prompts[j : j + 32], return_tensors="pt", padding=True)
-            out += self.tok.batch_decode(self._model.generate(**enc, max_new_tokens=MAX_NEW_TOKENS, do_sample=False,
-                                                              num_beams=1), skip_special_tokens=True)
-        self.generated += len(prompts)
+            out += self.tok.batch_decode(self.model.generate(**enc, max_new_tokens=MAX_NEW_TOKENS, do_sample=False,
+                                                             num_beams=1), skip_special_tokens=True)
+        self.computed += len(prompts)
         return out
 
 
@@ -217,7 +210,7 @@ def report(snapshots: list[Path], counts: list[int], n: int, l_tr: int, fmt: str
                     chance_rows.append(f"| chance (random numbers) | {form} | {k} | {n * CHANCE_DRAWS} | "
                                        + " | ".join(luck) + " | | | |")
                     say(chance_rows[-1])
-        generated += answers.generated
+        generated += answers.computed
     return "\n".join(out + chance_rows + (two if 2 in counts else [])) + "\n", generated
 
 
