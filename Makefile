@@ -277,15 +277,16 @@ mini-t5-lookup-study: install
 # and what each committed snapshot gets wrong (results/mini-t5-lookup/errors.md, 100 held-out records per count and
 # record form; each snapshot's answers kept in results/mini-t5-lookup/answers/, so only a new snapshot is generated)
 # and where they attend on records of two lines (results/mini-t5-lookup/attention.md, each snapshot's shares kept in
-# results/mini-t5-lookup/shares/); P's turn at the end of its budget
-# on 1,000 two-line records (results/mini-t5-lookup/late-rise.md).
+# results/mini-t5-lookup/shares/); P's turn at the end of its budget, W's end and every snapshot of P+ on 1,000
+# two-line records (results/mini-t5-lookup/late-rise.md).
 mini-t5-lookup-report: install
 	$(BIN)/python scripts/studies/plot_lookup_curves.py
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/studies/lookup_errors.py results/mini-t5-lookup/snapshots/*/step-* \
 		--counts 1 2 6 12 --n 100 --forms benchmark one-piece --out results/mini-t5-lookup/errors.md \
 		--cache results/mini-t5-lookup/answers
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/studies/lookup_errors.py $(foreach s,pieces/step-16000 pieces/step-18000 \
-		pieces/step-20000 warm/step-20000,results/mini-t5-lookup/snapshots/$(s)) --counts 2 --n 1000 --forms one-piece \
+		pieces/step-20000 warm/step-20000,results/mini-t5-lookup/snapshots/$(s)) \
+		$(sort $(wildcard results/mini-t5-lookup/snapshots/pieces_more/step-*)) --counts 2 --n 1000 --forms one-piece \
 		--out results/mini-t5-lookup/late-rise.md --cache results/mini-t5-lookup/answers
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/studies/lookup_attention.py results/mini-t5-lookup/snapshots/*/step-* \
 		--n 100 --forms one-piece benchmark --out results/mini-t5-lookup/attention.md --cache results/mini-t5-lookup/shares

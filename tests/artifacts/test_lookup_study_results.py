@@ -29,9 +29,19 @@ def test_each_snapshot_table_covers_every_committed_snapshot(report):
     assert rows == snapshots, FIX
 
 
+def test_the_late_rise_table_follows_every_committed_snapshot_of_p_plus():
+    if not (STUDY / "late-rise.md").is_file():
+        pytest.skip("the lookup study has no report yet")
+    rows = set(re.findall(r"^\| (pieces_more/step-\d+) \|", (STUDY / "late-rise.md").read_text(), re.M))
+    snapshots = {f"pieces_more/{p.name}" for p in (STUDY / "snapshots" / "pieces_more").glob("step-*")
+                 if (p / "README.md").is_file()}
+    assert rows == snapshots, FIX
+
+
 @pytest.mark.parametrize("report", ["errors.md", "late-rise.md"])
 def test_the_error_table_is_what_the_kept_answers_of_the_committed_snapshots_give(report):
-    """errors.md (every snapshot) and late-rise.md (P's last three and W's last, 1,000 two-line records each)
+    """errors.md (every snapshot) and late-rise.md (P's last three, W's last and every snapshot of P+, 1,000 two-line
+    records each)
     re-sorted from each snapshot's kept answers (results/mini-t5-lookup/answers/), which must be those of the
     committed weights and records: nothing generated, so the check is quick and exact."""
     if not (STUDY / report).is_file():
