@@ -139,7 +139,7 @@ def report(snapshots: list[Path], n: int, l_tr: int, fmt: str, forms: list[str],
            say: Callable[[str], None] = lambda row: None, kept_only: bool = False) -> tuple[str, int]:
     """(attention.md's text, snapshot-forms measured rather than read from ``cache``) for ``snapshots``; ``say``
     gets each row as it is made; ``kept_only``: read every share from ``cache`` (:class:`Shares`)."""
-    heads = T5Config.from_pretrained(snapshots[0]).num_heads
+    heads = T5Config.from_pretrained(snapshots[0], trust_remote_code=False).num_heads
     out = ["# Where the lookup stand-in's snapshots look\n\nWritten by `scripts/studies/lookup_attention.py` "
            f"({n} held-out records of two lines at L_tr = {l_tr}, teacher-forced; the shares are defined in its "
            "docstring). Each cell: a head's share (its mass).\n",
