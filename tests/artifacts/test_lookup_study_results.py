@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
@@ -20,20 +22,31 @@ def test_the_curves_table_is_rendered_from_the_committed_curves():
     assert plot.table(plot.read(STUDY / "train")) == (STUDY / "curves.md").read_text(), FIX
 
 
-@pytest.mark.parametrize("report", ["errors.md", "attention.md"])
-def test_each_snapshot_table_covers_every_committed_snapshot(report):
+def _table(report: str) -> str:
     if not (STUDY / report).is_file():
         pytest.skip("the lookup study has no report yet")
-    rows = set(re.findall(r"^\| (\w+/step-\d+) \|", (STUDY / report).read_text(), re.M))
-    snapshots = {f"{p.parent.name}/{p.name}" for p in (STUDY / "snapshots").glob("*/step-*") if (p / "README.md").is_file()}
-    assert rows == snapshots, FIX
+    return (STUDY / report).read_text()
 
 
-def test_the_late_rise_table_follows_every_committed_snapshot_of_p_plus():
-    if not (STUDY / "late-rise.md").is_file():
-        pytest.skip("the lookup study has no report yet")
-    rows = set(re.findall(r"^\| (pieces_more/step-\d+) \|", (STUDY / "late-rise.md").read_text(), re.M))
-    snapshots = {f"pieces_more/{p.name}" for p in (STUDY / "snapshots" / "pieces_more").glob("step-*")
+def _named(text: str) -> list[Path]:
+    """The snapshots a report's rows name, in order."""
+    return [STUDY / "snapshots" / name for name in dict.fromkeys(re.findall(r"^\| (\w+/step-\d+) \|", text, re.M))]
+
+
+def _rebuilt(text: str, report: Callable[..., tuple[str, int]], *args: object) -> None:
+    """``report(*args, kept_only=True)`` (every result read from its kept file) gives ``text``."""
+    try:
+        again, _ = report(*args, kept_only=True)
+    except LookupError as e:
+        pytest.fail(f"{e}; {FIX}")
+    assert again == text, FIX
+
+
+@pytest.mark.parametrize("report, variant", [("errors.md", "*"), ("attention.md", "*"), ("late-rise.md", "pieces_more")])
+def test_each_snapshot_table_covers_every_committed_snapshot(report, variant):
+    """errors.md and attention.md cover every snapshot, late-rise.md every snapshot of P+."""
+    rows = {f"{p.parent.name}/{p.name}" for p in _named(_table(report)) if fnmatch(p.parent.name, variant)}
+    snapshots = {f"{p.parent.name}/{p.name}" for p in (STUDY / "snapshots").glob(f"{variant}/step-*")
                  if (p / "README.md").is_file()}
     assert rows == snapshots, FIX
 
@@ -41,38 +54,20 @@ def test_the_late_rise_table_follows_every_committed_snapshot_of_p_plus():
 @pytest.mark.parametrize("report", ["errors.md", "late-rise.md"])
 def test_the_error_table_is_what_the_kept_answers_of_the_committed_snapshots_give(report):
     """errors.md (every snapshot) and late-rise.md (P's last three, W's last and every snapshot of P+, 1,000 two-line
-    records each)
-    re-sorted from each snapshot's kept answers (results/mini-t5-lookup/answers/), which must be those of the
-    committed weights and records: nothing generated, so the check is quick and exact."""
-    if not (STUDY / report).is_file():
-        pytest.skip("the lookup study has no report yet")
-    errors = _script("lookup_errors")
-    text = (STUDY / report).read_text()
+    records each) re-sorted from each snapshot's kept answers (results/mini-t5-lookup/answers/), which must be those
+    of the committed weights and records: nothing generated, so the check is quick and exact."""
+    text = _table(report)
     n, l_tr = map(int, re.search(r"greedy, (\d+) held-out .* at L_tr = (\d+) per row", text).groups())
     rows = re.findall(r"^\| \w+/step-\d+ \| ([\w-]+) \| (\d+) \|", text, re.M)
     forms = list(dict.fromkeys(form for form, _ in rows))
     counts = list(dict.fromkeys(int(k) for _, k in rows))
-    named = dict.fromkeys(re.findall(r"^\| (\w+/step-\d+) \|", text, re.M))
-    snapshots = [STUDY / "snapshots" / name for name in named]
-    try:
-        again, _ = errors.report(snapshots, counts, n, l_tr, "short", forms, STUDY / "answers", kept_only=True)
-    except LookupError as e:
-        pytest.fail(f"{e}; {FIX}")
-    assert again == text, FIX
+    _rebuilt(text, _script("lookup_errors").report, _named(text), counts, n, l_tr, "short", forms, STUDY / "answers")
 
 
 def test_the_attention_table_is_what_the_kept_shares_of_the_committed_snapshots_give():
     """attention.md measured again from each snapshot's kept shares (results/mini-t5-lookup/shares/), which must be
     those of the committed weights and records: nothing measured, so the check is quick and exact."""
-    if not (STUDY / "attention.md").is_file():
-        pytest.skip("the lookup study has no report yet")
-    attention = _script("lookup_attention")
-    text = (STUDY / "attention.md").read_text()
+    text = _table("attention.md")
     n, l_tr = map(int, re.search(r"\((\d+) held-out records of two lines at L_tr = (\d+)", text).groups())
     forms = list(dict.fromkeys(re.findall(r"^\| \w+/step-\d+ \| ([\w-]+) \|", text, re.M)))
-    snapshots = [STUDY / "snapshots" / name for name in dict.fromkeys(re.findall(r"^\| (\w+/step-\d+) \|", text, re.M))]
-    try:
-        again, _ = attention.report(snapshots, n, l_tr, "short", forms, STUDY / "shares", kept_only=True)
-    except LookupError as e:
-        pytest.fail(f"{e}; {FIX}")
-    assert again == text, FIX
+    _rebuilt(text, _script("lookup_attention").report, _named(text), n, l_tr, "short", forms, STUDY / "shares")
