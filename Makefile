@@ -263,12 +263,12 @@ mini-t5: install
 	$(BIN)/python scripts/studies/study_mini_t5_counts.py --ship lengthx/checkpoints/mini-t5
 
 # The lookup stand-in study (docs/mini-t5-study.md, third study): variants W (from the shipped mini-t5), P (the
-# same, one-piece keys and values first), S (from random weights) and P's extension P+ (`pieces_more`, from P's
-# last snapshot, fixed after P's budget ended) on lines records in the short format (half
+# same, one-piece keys and values first), S (from random weights) and the extensions P+ (`pieces_more`, from P's
+# last snapshot, fixed after P's budget ended) and S+ (`scratch_more`, from S's, fixed before S's decay) on lines records in the short format (half
 # multi-query, the key echoed) beside passkey and first-of-K topics, 20,000 steps each on one thread, fp16 snapshots every 2,000 steps committed to
 # results/mini-t5-lookup/snapshots/<variant>. Resumable; a variant whose last snapshot is committed, or whose
 # training stopped at the gate, is not trained again. Each variant is its own recipe (lengthx/conf/mini/lookup_<variant>.yaml).
-LOOKUP_VARIANTS ?= warm pieces scratch pieces_more
+LOOKUP_VARIANTS ?= warm pieces scratch pieces_more scratch_more
 mini-t5-lookup-study: install
 	for v in $(LOOKUP_VARIANTS); do test -f results/mini-t5-lookup/snapshots/$$v/step-20000/README.md && continue; \
 		OMP_NUM_THREADS=1 nice $(LX) train-mini recipe=lookup_$$v || exit 1; done

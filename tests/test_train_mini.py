@@ -43,7 +43,9 @@ def test_help_lists_every_recipe_and_a_recipes_keys(as_a_process):
 
 @pytest.mark.parametrize("argv, named", [
     (["recipe=nope"], "no such recipe"), (["recipe=lookup", "sed=3"], "'sed=3' is not KEY=VALUE"),
-    (["recipe=lookup", "seed=abc"], "seed: invalid int value: 'abc'"), (["seed=1"], "name a recipe")])
+    (["recipe=lookup", "seed=abc"], "seed: invalid int value: 'abc'"), (["seed=1"], "name a recipe"),
+    (["recipe=lookup", "init_from=nowhere/step-20000"], "init_from: nowhere/step-20000: no checkpoint there"),
+    (["recipe=lookup", "lookup_forms=[one-piece,benchmark]", "lines_records=ids"], "needs --lines-records lookup")])
 def test_a_mistake_is_one_line_and_exit_2_before_any_work(tmp_path, as_a_process, argv, named):
     p = as_a_process(["lengthx", "train-mini", *argv, f"out={tmp_path / 'run'}"], cwd=tmp_path)
     assert p.returncode == 2 and named in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
@@ -131,6 +133,8 @@ LOOKUP_VARIANTS = {  # docs/mini-t5-study.md, the lookup stand-in's variants: th
     "scratch": ["lookup_forms=[benchmark]"],
     "pieces_more": ["seed=1", "init_from=results/mini-t5-lookup/snapshots/pieces/step-20000", "lr=0.0003",
                     "lookup_forms=[one-piece,benchmark]"],
+    "scratch_more": ["seed=1", "init_from=results/mini-t5-lookup/snapshots/scratch/step-20000",
+                     "lookup_forms=[benchmark]"],
 }
 
 

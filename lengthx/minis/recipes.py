@@ -100,8 +100,10 @@ def compose_recipe(name: str, overrides: list[str]) -> tuple[str, dict[str, Any]
 
 def to_argv(trainer: str, cfg: dict[str, Any]) -> list[str]:
     """The trainer's command line for the resolved options ``cfg`` (null: the trainer's default; a list: the
-    values of a many-valued option, else joined by commas), checked by its own parser."""
-    parser = importlib.import_module(TRAINERS[trainer].options).parser()
+    values of a many-valued option, else joined by commas), checked by its own parser and its ``check`` (the rules
+    between options), where it has one."""
+    module = importlib.import_module(TRAINERS[trainer].options)
+    parser = module.parser()
     valid = options(trainer, parser)
     argv: list[str] = []
     for key, value in cfg.items():
@@ -120,7 +122,9 @@ def to_argv(trainer: str, cfg: dict[str, Any]) -> list[str]:
         raise UsageError(f"train-mini: {message} (as {TRAINERS[trainer].script} reads it)")
 
     parser.error = refuse  # type: ignore[method-assign]
-    parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if hasattr(module, "check"):  # the trainer's rules between options
+        module.check(args, parser)
     return argv
 
 

@@ -24,10 +24,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """``scripts/train_mini_t5.py``'s options parsed from ``argv`` (argparse's exit 2 on a bad one)."""
     p = parser()
     args = p.parse_args(argv)
+    check(args, p)
+    return args
+
+
+def check(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
+    """The rules between options, refused through ``p.error`` (``lengthx train-mini`` checks them too, before any
+    work)."""
     if lookup_forms(args) != ("benchmark",) and args.lines_records != "lookup":
         p.error(f"--lookup-forms {args.lookup_forms} needs --lines-records lookup (token-id records have the "
                 "benchmark's form only)")
-    return args
 
 
 def lookup_forms(args: argparse.Namespace) -> tuple[str, ...]:
@@ -43,6 +49,17 @@ def forms_value(text: str) -> str:
             f"{text!r}: give distinct forms of {', '.join(FORMS)}, ending with benchmark (the form the card and the "
             "gate measure), e.g. one-piece,benchmark")
     return ",".join(forms)
+
+
+def checkpoint_dir(text: str) -> Path:
+    """``--init-from``: a folder holding a checkpoint (its ``config.json``), checked before any work."""
+    path = Path(text)
+    if not (path / "config.json").is_file():
+        raise argparse.ArgumentTypeError(
+            f"{text}: no checkpoint there (no config.json). Fix: a mini-t5 export or snapshot folder of the recipe's "
+            "shape, relative to where you run (a lookup variant that continues another starts from that variant's "
+            "last snapshot: train it first, make mini-t5-lookup-study), or null to start at random")
+    return path
 
 
 def parser() -> argparse.ArgumentParser:
@@ -124,6 +141,6 @@ def parser() -> argparse.ArgumentParser:
                    "evaluations also measure records of exactly N lines at L_tr (lines-n<N>)")
     p.add_argument("--stop-at-gate", action="store_true",
                    help="stop after the first --export-steps snapshot whose card meets the bar at L_tr")
-    p.add_argument("--init-from", type=Path, default=None,
+    p.add_argument("--init-from", type=checkpoint_dir, default=None,
                    help="start from this checkpoint's weights (a mini-t5 export of the same shape), not at random")
     return p
