@@ -262,7 +262,7 @@ mini-t5: install
 	$(call counts_train,0 1)
 	$(BIN)/python scripts/studies/study_mini_t5_counts.py --ship lengthx/checkpoints/mini-t5
 
-# The lookup stand-in study (docs/mini-t5-study.md, third study): variants W (from the shipped mini-t5), P (the
+# The lookup stand-in study (docs/mini-t5-lookup.md): variants W (from the shipped mini-t5), P (the
 # same, one-piece keys and values first), S (from random weights) and the extensions P+ (`pieces_more`, from P's
 # last snapshot, fixed after P's budget ended) and S+ (`scratch_more`, from S's, fixed before S's decay) on lines records in the short format (half
 # multi-query, the key echoed) beside passkey and first-of-K topics, 20,000 steps each on one thread, fp16 snapshots every 2,000 steps committed to
@@ -273,7 +273,7 @@ mini-t5-lookup-study: install
 	for v in $(LOOKUP_VARIANTS); do test -f results/mini-t5-lookup/snapshots/$$v/step-20000/README.md && continue; \
 		OMP_NUM_THREADS=1 nice $(LX) train-mini recipe=lookup_$$v || exit 1; done
 
-# The lookup study's report (docs/mini-t5-study.md): every variant's curve (results/mini-t5-lookup/curves.{png,md})
+# The lookup study's report (docs/mini-t5-lookup.md): every variant's curve (results/mini-t5-lookup/curves.{png,md})
 # and what each committed snapshot gets wrong (results/mini-t5-lookup/errors.md, 100 held-out records per count and
 # record form; each snapshot's answers kept in results/mini-t5-lookup/answers/, so only a new snapshot is generated)
 # and where they attend on records of two lines (results/mini-t5-lookup/attention.md, each snapshot's shares kept in

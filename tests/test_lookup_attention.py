@@ -1,4 +1,4 @@
-"""``scripts/studies/lookup_attention.py`` (docs/mini-t5-study.md, "The lookup stand-in"): where a snapshot looks
+"""``scripts/studies/lookup_attention.py`` (docs/mini-t5-lookup.md): where a snapshot looks
 on records of two lines. The places it reads attention at must be the keys and numbers they name, and its shares
 must tell a lookup by key from a pick by place."""
 

@@ -1,4 +1,4 @@
-"""The lookup stand-in's record forms (lengthx.minis.lookup_data, lengthx.minis.curriculum; docs/mini-t5-study.md,
+"""The lookup stand-in's record forms (lengthx.minis.lookup_data, lengthx.minis.curriculum; docs/mini-t5-lookup.md,
 variant P): one-piece records, the benchmark's records unchanged, the forms trained in turn and resumed only as
 they were saved."""
 

@@ -1,4 +1,4 @@
-"""The lookup study's report scripts (docs/mini-t5-study.md, "The lookup stand-in"): how
+"""The lookup study's report scripts (docs/mini-t5-lookup.md): how
 ``scripts/studies/lookup_errors.py`` sorts an answer, and what ``scripts/studies/plot_lookup_curves.py`` writes
 from a variant's curve."""
 
@@ -123,7 +123,7 @@ def _two_line_curve(last: int, em, form=lambda step: "benchmark") -> list[dict]:
     (15_100, lambda s: 0.28, lambda s: "benchmark" if s > 11_200 else "one-piece", ": none, 0.28, 0.28, 0.28, 0.28"),
 ])
 def test_the_budget_rule_reads_the_benchmark_forms_two_line_curve(last, em, form, verdict):
-    """docs/mini-t5-study.md's budget: past 20,000 steps, or past 10,000 and the last 5,000 flat (1,000-step means
+    """docs/mini-t5-lookup.md's budget: past 20,000 steps, or past 10,000 and the last 5,000 flat (1,000-step means
     of the benchmark form's 2-line teacher-forced EM within ±0.05 of theirs); P's steps of another form do not count."""
     plot = _script("plot_lookup_curves")
     rows = _two_line_curve(last, em, form or (lambda s: "benchmark"))

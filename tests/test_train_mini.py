@@ -127,7 +127,7 @@ def test_the_other_recipes_train_from_the_cli_and_resume(tmp_path, as_a_process,
     assert (tmp_path / "cli" / "export" / "README.md").is_file()  # trained to its end, exported with its card
 
 
-LOOKUP_VARIANTS = {  # docs/mini-t5-study.md, the lookup stand-in's variants: their start and record forms
+LOOKUP_VARIANTS = {  # docs/mini-t5-lookup.md, the lookup stand-in's variants: their start and record forms
     "warm": ["init_from=lengthx/checkpoints/mini-t5", "lookup_forms=[benchmark]"],
     "pieces": ["init_from=lengthx/checkpoints/mini-t5", "lookup_forms=[one-piece,benchmark]"],
     "scratch": ["lookup_forms=[benchmark]"],

@@ -1,4 +1,4 @@
-"""The retrieval stand-in's lines curriculum (docs/mini-t5-study.md): stages of 1, 2, … lines, each passed on a
+"""The retrieval stand-in's lines curriculum (docs/mini-t5-lookup.md): stages of 1, 2, … lines, each passed on a
 measured threshold, and, for the lookup stand-in, the forms of its records trained in turn.
 
 A stage passes when the single-question records with exactly that many lines reach ``gate`` teacher-forced exact

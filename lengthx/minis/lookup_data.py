@@ -1,4 +1,4 @@
-"""The lookup stand-in's lines records (docs/mini-t5-study.md, "The lookup stand-in"): LongEval lines records at L_tr
+"""The lookup stand-in's lines records (docs/mini-t5-lookup.md): LongEval lines records at L_tr
 built as text, single-question or multi-query.
 
 * **Single-question** records are the benchmark's (:func:`lengthx.tasks.lines.lines_prompt`, in the recipe's
@@ -16,7 +16,7 @@ for ``n`` lines and keeps the longest prefix whose prompt fits L_tr.
 lists, 4-8 pieces in the mini tokenizer) and values (1..50000, two pieces). ``one-piece`` records draw their keys
 from the words of those lists that are one token where a key puts them (:func:`one_piece_words`) and their values
 from 1..:data:`ONE_PIECE_MAX`, one token each: the lookup without binding pieces, which the lookup stand-in's
-variant P learns before the benchmark's form (docs/mini-t5-study.md; :mod:`lengthx.minis.curriculum`).
+variant P learns before the benchmark's form (docs/mini-t5-lookup.md; :mod:`lengthx.minis.curriculum`).
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ QUESTION_TEMPLATE = (
 # The mini profile's short format (``task.format=short``): the benchmark's first and last header sentences, without
 # the three instruction sentences between them, so that about twelve lines fit the lookup stand-in's L_tr of 256
 # tokens (the longeval header and question alone take about 150 of them). Lines and question are the benchmark's.
-# Training and evaluation of the stand-in use it (docs/mini-t5-study.md); profile=paper refuses it.
+# Training and evaluation of the stand-in use it (docs/mini-t5-lookup.md); profile=paper refuses it.
 SHORT_HEADER = "Below is a record of lines I want you to remember. Now the record start:\n\n"
 FORMATS = {"longeval": HEADER, "short": SHORT_HEADER}
 

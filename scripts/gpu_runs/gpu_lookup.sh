@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on a lent GPU (docs/gpu.md, "The lookup study on a GPU"): the lookup stand-in's variants
-# (docs/mini-t5-study.md, third study) trained on, side by side, each through its own recipe
+# (docs/mini-t5-lookup.md) trained on, side by side, each through its own recipe
 # (lengthx train-mini recipe=lookup_<variant>, device=cuda, as the Makefile's mini-t5-lookup-study), from the resume
 # points carried in .device-carry/lookup/<variant>/ (resume.pt and curve.json: make gpu-lookup-carry).
 #

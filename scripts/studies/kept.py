@@ -1,6 +1,6 @@
 """What a report computed from one snapshot's weights, kept as JSON so that a rerun over every snapshot computes
 only for a new snapshot or new records, and so that a committed table can be checked against the committed
-snapshots without computing it again (docs/mini-t5-study.md, "The lookup stand-in").
+snapshots without computing it again (docs/mini-t5-lookup.md).
 
 A file is ``{"weights": <sha256 of model.safetensors>, <field>: {<sha256 of what was asked>: <result>}}``. A file
 written for other weights is ignored and replaced; a result is keyed by everything it was computed from (the

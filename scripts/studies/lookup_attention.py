@@ -1,4 +1,4 @@
-"""Where the lookup stand-in's snapshots look (docs/mini-t5-study.md, "The lookup stand-in"): attention on held-out
+"""Where the lookup stand-in's snapshots look (docs/mini-t5-lookup.md): attention on held-out
 records of two lines, teacher-forced on the target ``"<idx> is <n>"``.
 
 A lookup by key needs two steps (Olsson et al. 2022; Bietti et al. 2023): in the encoder, each line's number takes

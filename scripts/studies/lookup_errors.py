@@ -1,4 +1,4 @@
-"""What the lookup stand-in's snapshots get wrong (docs/mini-t5-study.md, "The lookup stand-in"): greedy answers on
+"""What the lookup stand-in's snapshots get wrong (docs/mini-t5-lookup.md): greedy answers on
 held-out single-question lines records of exactly K lines at L_tr, each sorted into one kind of error.
 
 The target echoes the asked key before its number (``"<idx> is <n>"``), so an answer says which line the model

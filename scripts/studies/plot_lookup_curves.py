@@ -1,4 +1,4 @@
-"""The lookup study's curves (docs/mini-t5-study.md, "The lookup stand-in"): every variant's training curve, drawn
+"""The lookup study's curves (docs/mini-t5-lookup.md): every variant's training curve, drawn
 from its ``curve.json`` (a row every 100 steps), as a figure and a table of numbers.
 
 Left panel: teacher-forced exact match of single-question lines records by the lines they keep (1, 2, …: the
@@ -25,7 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 HELD = ("lines-n2", "lines-n6", "lines-n12", "passkey", "topics")
-# what changed under a variant mid-run (docs/mini-t5-study.md: "A lost state…", the variants' fixes), marked on
+# what changed under a variant mid-run (docs/mini-t5-lookup.md: "A lost state…", the variants' fixes), marked on
 # the figure so that a dip there is not read as the model's
 EVENTS = {"warm": ((4_000, "resumed from resume.pt"),),
           "pieces": ((6_136, "one-piece words fixed"), (11_705, "resumed from resume.pt")),
@@ -117,7 +117,7 @@ def block_means(rows: list[dict]) -> list[str]:
 
 
 def budget(rows: list[dict]) -> str:
-    """Where a variant stands against the study's budget (docs/mini-t5-study.md, "Budget"): past 20,000 steps, or
+    """Where a variant stands against the study's budget (docs/mini-t5-lookup.md, "Budget"): past 20,000 steps, or
     past 10,000 and flat over its last 5,000, flat meaning the benchmark form's single-question 2-line
     teacher-forced EM, by 1,000-step means over those steps, every mean within ±0.05 of theirs (a step not of the
     benchmark's form, or without 2-line records, leaves its block without a mean and the rule unmet)."""

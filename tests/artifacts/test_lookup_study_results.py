@@ -1,5 +1,5 @@
 """Checks of committed artifacts and docs (tests/artifacts/README.md): the lookup study's report
-(docs/mini-t5-study.md, "The lookup stand-in") is current with its committed curves and snapshots."""
+(docs/mini-t5-lookup.md) is current with its committed curves and snapshots."""
 
 from __future__ import annotations
 
