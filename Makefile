@@ -278,7 +278,8 @@ mini-t5-lookup-study: install
 # record form; each snapshot's answers kept in results/mini-t5-lookup/answers/, so only a new snapshot is generated)
 # and where they attend on records of two lines (results/mini-t5-lookup/attention.md, each snapshot's shares kept in
 # results/mini-t5-lookup/shares/); P's turn at the end of its budget, W's end and every snapshot of P+ on 1,000
-# two-line records (results/mini-t5-lookup/late-rise.md).
+# one-piece two-line records (results/mini-t5-lookup/late-rise.md); W's end and every snapshot of S and S+ on 1,000
+# two-line records of the benchmark's form (results/mini-t5-lookup/late-rise-benchmark.md).
 mini-t5-lookup-report: install
 	$(BIN)/python scripts/studies/plot_lookup_curves.py
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/studies/lookup_errors.py results/mini-t5-lookup/snapshots/*/step-* \
@@ -288,6 +289,9 @@ mini-t5-lookup-report: install
 		pieces/step-20000 warm/step-20000,results/mini-t5-lookup/snapshots/$(s)) \
 		$(sort $(wildcard results/mini-t5-lookup/snapshots/pieces_more/step-*)) --counts 2 --n 1000 --forms one-piece \
 		--out results/mini-t5-lookup/late-rise.md --cache results/mini-t5-lookup/answers
+	OMP_NUM_THREADS=1 $(BIN)/python scripts/studies/lookup_errors.py results/mini-t5-lookup/snapshots/warm/step-20000 \
+		$(sort $(wildcard results/mini-t5-lookup/snapshots/scratch*/step-*)) --counts 2 --n 1000 --forms benchmark \
+		--out results/mini-t5-lookup/late-rise-benchmark.md --cache results/mini-t5-lookup/answers
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/studies/lookup_attention.py results/mini-t5-lookup/snapshots/*/step-* \
 		--n 100 --forms one-piece benchmark --out results/mini-t5-lookup/attention.md --cache results/mini-t5-lookup/shares
 

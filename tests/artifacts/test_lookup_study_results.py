@@ -42,19 +42,22 @@ def _rebuilt(text: str, report: Callable[..., tuple[str, int]], *args: object) -
     assert again == text, FIX
 
 
-@pytest.mark.parametrize("report, variant", [("errors.md", "*"), ("attention.md", "*"), ("late-rise.md", "pieces_more")])
+@pytest.mark.parametrize("report, variant", [("errors.md", "*"), ("attention.md", "*"), ("late-rise.md", "pieces_more"),
+                                             ("late-rise-benchmark.md", "scratch*")])
 def test_each_snapshot_table_covers_every_committed_snapshot(report, variant):
-    """errors.md and attention.md cover every snapshot, late-rise.md every snapshot of P+."""
+    """errors.md and attention.md cover every snapshot, late-rise.md every snapshot of P+, late-rise-benchmark.md
+    every snapshot of S and S+."""
     rows = {f"{p.parent.name}/{p.name}" for p in _named(_table(report)) if fnmatch(p.parent.name, variant)}
     snapshots = {f"{p.parent.name}/{p.name}" for p in (STUDY / "snapshots").glob(f"{variant}/step-*")
                  if (p / "README.md").is_file()}
     assert rows == snapshots, FIX
 
 
-@pytest.mark.parametrize("report", ["errors.md", "late-rise.md"])
+@pytest.mark.parametrize("report", ["errors.md", "late-rise.md", "late-rise-benchmark.md"])
 def test_the_error_table_is_what_the_kept_answers_of_the_committed_snapshots_give(report):
-    """errors.md (every snapshot) and late-rise.md (P's last three, W's last and every snapshot of P+, 1,000 two-line
-    records each) re-sorted from each snapshot's kept answers (results/mini-t5-lookup/answers/), which must be those
+    """errors.md (every snapshot), late-rise.md (P's last three, W's last and every snapshot of P+) and
+    late-rise-benchmark.md (W's last, every snapshot of S and S+), the last two on 1,000 two-line records each,
+    re-sorted from each snapshot's kept answers (results/mini-t5-lookup/answers/), which must be those
     of the committed weights and records: nothing generated, so the check is quick and exact."""
     text = _table(report)
     n, l_tr = map(int, re.search(r"greedy, (\d+) held-out .* at L_tr = (\d+) per row", text).groups())
