@@ -280,18 +280,18 @@ mini-t5-lookup-study: install
 # results/mini-t5-lookup/shares/); P's turn at the end of its budget, W's end and every snapshot of P+ on 1,000
 # one-piece two-line records (results/mini-t5-lookup/late-rise.md); W's end and every snapshot of S and S+ on 1,000
 # two-line records of the benchmark's form (results/mini-t5-lookup/late-rise-benchmark.md).
+LOOKUP_SNAPS := results/mini-t5-lookup/snapshots
+# $(call late_rise,SNAPSHOTS,FORM,OUT): 1,000 held-out two-line records of FORM per snapshot, answers kept
+late_rise = OMP_NUM_THREADS=1 $(BIN)/python scripts/studies/lookup_errors.py $(1) --counts 2 --n 1000 --forms $(2) \
+	--out results/mini-t5-lookup/$(3) --cache results/mini-t5-lookup/answers
 mini-t5-lookup-report: install
 	$(BIN)/python scripts/studies/plot_lookup_curves.py
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/studies/lookup_errors.py results/mini-t5-lookup/snapshots/*/step-* \
 		--counts 1 2 6 12 --n 100 --forms benchmark one-piece --out results/mini-t5-lookup/errors.md \
 		--cache results/mini-t5-lookup/answers
-	OMP_NUM_THREADS=1 $(BIN)/python scripts/studies/lookup_errors.py $(foreach s,pieces/step-16000 pieces/step-18000 \
-		pieces/step-20000 warm/step-20000,results/mini-t5-lookup/snapshots/$(s)) \
-		$(sort $(wildcard results/mini-t5-lookup/snapshots/pieces_more/step-*)) --counts 2 --n 1000 --forms one-piece \
-		--out results/mini-t5-lookup/late-rise.md --cache results/mini-t5-lookup/answers
-	OMP_NUM_THREADS=1 $(BIN)/python scripts/studies/lookup_errors.py results/mini-t5-lookup/snapshots/warm/step-20000 \
-		$(sort $(wildcard results/mini-t5-lookup/snapshots/scratch*/step-*)) --counts 2 --n 1000 --forms benchmark \
-		--out results/mini-t5-lookup/late-rise-benchmark.md --cache results/mini-t5-lookup/answers
+	$(call late_rise,$(foreach s,pieces/step-16000 pieces/step-18000 pieces/step-20000 warm/step-20000,$(LOOKUP_SNAPS)/$(s)) \
+		$(sort $(wildcard $(LOOKUP_SNAPS)/pieces_more/step-*)),one-piece,late-rise.md)
+	$(call late_rise,$(LOOKUP_SNAPS)/warm/step-20000 $(sort $(wildcard $(LOOKUP_SNAPS)/scratch*/step-*)),benchmark,late-rise-benchmark.md)
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/studies/lookup_attention.py results/mini-t5-lookup/snapshots/*/step-* \
 		--n 100 --forms one-piece benchmark --out results/mini-t5-lookup/attention.md --cache results/mini-t5-lookup/shares
 
