@@ -53,13 +53,16 @@ def forms_value(text: str) -> str:
 
 def checkpoint_dir(text: str) -> Path:
     """``--init-from``: a folder holding a checkpoint (its ``config.json``), checked before any work."""
-    path = Path(text)
-    if not (path / "config.json").is_file():
+    from lengthx.models.loading import ModelNotAvailable, check_checkpoint_dir
+
+    try:  # the harness's own check of a checkpoint folder (config, weights, tokenizer, no code to run)
+        check_checkpoint_dir(text, "init_from")
+    except ModelNotAvailable as err:
         raise argparse.ArgumentTypeError(
-            f"{text}: no checkpoint there (no config.json). Fix: a mini-t5 export or snapshot folder of the recipe's "
-            "shape, relative to where you run (a lookup variant that continues another starts from that variant's "
-            "last snapshot: train it first, make mini-t5-lookup-study), or null to start at random")
-    return path
+            f"{text}: no checkpoint there ({str(err).split('; ')[0]}). Fix: a mini-t5 export or snapshot folder of the recipe's shape, "
+            "relative to where you run (a lookup variant that continues another starts from that variant's last "
+            "snapshot: train it first, make mini-t5-lookup-study), or null to start at random") from None
+    return Path(text)
 
 
 def parser() -> argparse.ArgumentParser:
