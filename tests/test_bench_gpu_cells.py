@@ -172,3 +172,28 @@ def test_merge_joins_calls_keeping_each_cells_last_measured_result(tmp_path):
     smoke.write_text(json.dumps({**second, "device": "CPU (bench_gpu_cells, smoke)"}))
     assert cells_bench.main(["--merge", str(paths[0]), str(smoke), "--out", str(tmp_path / "m2.md")]) == 2
     assert not (tmp_path / "m2.md").exists()
+
+
+def test_merge_of_two_gpus_names_each_cells_device(tmp_path):
+    """Calls on two GPUs (one session's H100, a later one's H200) merge into one report in which every measured
+    cell names the device that measured it, in the JSON and in its table row; a skipped cell names none."""
+    def cell(model, status):
+        return {"model": model, "paper": "A", "task": "lines", "length": 100, "new_tokens": 0, "algorithm1": False,
+                "result": {"status": status, "fits": status == "ok", "per_example_s": 1.0}}
+
+    meta = {"date": "d", "torch": "t", "transformers": "x", "smoke": False, "budget_s": 10.0}
+    h100 = {"device": "NVIDIA H100 80GB HBM3 (bench_gpu_cells)", "passes": {}, "meta": meta,
+            "cells": [cell("flan-t5-xxl", "ok"), cell("flan-t5-xl", "skipped: budget"), cell("gpt2", "skipped: budget")]}
+    h200 = {"device": "NVIDIA H200 (bench_gpu_cells)", "passes": {}, "meta": meta, "cells": [cell("flan-t5-xl", "ok")]}
+    paths = [tmp_path / "h100.json", tmp_path / "h200.json"]
+    for path, data in zip(paths, (h100, h200), strict=True):
+        path.write_text(json.dumps(data))
+    out = tmp_path / "merged.md"
+    assert cells_bench.main(["--merge", *map(str, paths), "--out", str(out)]) == 0
+    merged = json.loads(out.with_suffix(".json").read_text())
+    assert [c["result"].get("device") for c in merged["cells"]] == [h100["device"], h200["device"], h100["device"]]
+    rows = {line.split(" | ")[0].strip("| "): line for line in out.read_text().splitlines() if line.startswith("| ")}
+    assert rows["flan-t5-xxl"].endswith("| NVIDIA H100 80GB HBM3 |")
+    assert rows["flan-t5-xl"].endswith("| NVIDIA H200 |")
+    assert rows["gpt2"].endswith("|  |")  # skipped: measured nowhere
+    assert "NVIDIA H100 80GB HBM3 (bench_gpu_cells) and NVIDIA H200 (bench_gpu_cells)" in out.read_text()

@@ -263,3 +263,28 @@ def test_statistics_on_cuda_match_the_cpu_tiles():  # pragma: no cover - needs a
         results.append((out.cpu(), stats.pmax(), stats.entropy(), stats.logit_vector(0.7)))
     for a, b in zip(*results, strict=True):
         assert torch.allclose(a.float(), b.float().cpu(), atol=1e-4, rtol=1e-4), (a - b.cpu()).abs().max()
+
+
+def test_device_blocks_score_bf16_inputs_in_fp32(monkeypatch):
+    """Statistics over the device blocks with bf16 q, k, v and table at τ = 0.7: q·k, T/τ and their sum are not
+    rounded to bf16 before the softmax, so each head's mean P_max and entropy match the fp64 softmax of the same
+    (bf16-valued) numbers to 1e-5; bf16 scores (the blocks before) miss the entropy by about 1e-3."""
+    import lengthx.attention.tiled_softmax as tiled
+    from lengthx.attention.t5_bias import RelativeBiasTable
+    from lengthx.attention.temperature import AttentionCall
+
+    monkeypatch.setattr(tiled, "TILED_DEVICES", ())  # the layout a GPU takes, here on the CPU
+    g = torch.Generator().manual_seed(0)
+    b, h, n, d, tau = 2, 4, 300, 16, 0.7
+    q, k, v = (torch.randn(b, h, n, d, generator=g).to(torch.bfloat16) for _ in range(3))
+    table = (2.0 * torch.randn(h, 2 * n - 1, generator=g)).to(torch.bfloat16)
+    module = get_family("t5").temperature_modules(tiny_t5(num_heads=h), "encoder")[0]
+    with torch.no_grad(), AttentionStats([module]) as stats:
+        RelativeBiasTable(table, n, n).attend(AttentionCall(module, q, k, v, None, scaling=1.0, tau=tau, stats=stats))
+    idx = torch.arange(n)
+    scores = (q.double() @ k.double().transpose(-1, -2) + table.double()[:, idx[None, :] - idx[:, None] + n - 1]) / tau
+    probs = torch.softmax(scores, -1)
+    pmax = probs.amax(-1).mean((0, 2))
+    entropy = -(probs * probs.log()).sum(-1).mean((0, 2))
+    assert (stats.pmax()[0].double() - pmax).abs().max() <= 1e-5
+    assert (stats.entropy()[0].double() - entropy).abs().max() <= 1e-5, (stats.entropy()[0].double() - entropy)

@@ -18,7 +18,7 @@ from test_efficient_attention import _batch
 from transformers.models.t5.modeling_t5 import T5Attention
 
 import lengthx.attention
-from lengthx.attention import fused, t5_bias
+from lengthx.attention import fused, stats_backend, t5_bias
 from lengthx.attention.stats import AttentionStats, softmax_stats_, stats_from_sums
 from lengthx.attention.t5_bias import enable_efficient_t5
 from lengthx.attention.temperature import set_temperature
@@ -172,10 +172,69 @@ def test_a_drop_in_for_the_explicit_path(kernel, monkeypatch, row_stride):
     ours = _encode(ids, mask, "triton", row_stride)
     assert len(calls) == 2
     monkeypatch.setenv(fused.ENV_SWITCH, "0")  # the explicit path, not the CPU's fused kernel
-    ref = _encode(ids, mask, "auto", row_stride)
+    ref = _encode(ids, mask, "blocks", row_stride)
     assert len(calls) == 2
     for what, a, b in zip(("output", "P_max", "entropy"), ours, ref, strict=True):
         assert (a.cpu() - b.cpu()).abs().max() <= TOL, what
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="auto takes the pass on CUDA only")
+def test_auto_is_the_pass_on_cuda(kernel, monkeypatch):  # pragma: no cover - needs a GPU
+    """With no option (``attention.stats_backend=auto``) a CUDA encoder's statistics come from the kernel, once
+    per layer, equal to the explicit blocks' (``blocks``) to 1e-5."""
+    ids, mask, _ = _batch(48, padded=True, size=2)
+    calls = []
+    real = kernel.attention_stats
+    monkeypatch.setattr(kernel, "attention_stats", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    ours = _encode(ids, mask, "auto", 1)
+    assert len(calls) == 2
+    ref = _encode(ids, mask, "blocks", 1)
+    assert len(calls) == 2
+    for what, a, b in zip(("output", "P_max", "entropy"), ours, ref, strict=True):
+        assert (a.cpu() - b.cpu()).abs().max() <= TOL, what
+
+
+def test_the_self_check_passes_and_catches_a_wrong_kernel(kernel, tmp_path, monkeypatch):
+    """``auto``'s self-check on this device: the kernel passes; the mutant whose W forgets the shift (above)
+    fails it on the entropy, so ``auto`` would fall back to the blocks."""
+    assert stats_backend.self_check(DEVICE) is None
+    source = Path(kernel.__file__).read_text()
+    path = tmp_path / "triton_stats_mutant2.py"
+    path.write_text(source.replace("w_i = alpha * (w_i + (m_i - m_new) * z_i) + tl.sum(e * t, 1)",
+                                   "w_i = alpha * w_i + tl.sum(e * t, 1)"))
+    spec = importlib.util.spec_from_file_location("triton_stats_mutant2", path)
+    mutant = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mutant)
+    monkeypatch.setattr(lengthx.attention, "triton_stats", mutant)
+    monkeypatch.setitem(sys.modules, "lengthx.attention.triton_stats", mutant)
+    reason = stats_backend.self_check(DEVICE)
+    assert reason is not None and "entropy" in reason, reason
+
+
+def test_auto_checks_once_per_device_and_warns_once_when_it_falls_back(monkeypatch):
+    """``auto``: never the pass off CUDA (the check is not even run); on CUDA the pass exactly when the device's
+    check passes, the check run once per device, and one warning naming ``attention.stats_backend`` when it
+    fails. ``triton`` is the pass and ``blocks`` never, without a check."""
+    monkeypatch.setattr(stats_backend, "_checked", {})
+    checks = []
+
+    def check(reason):
+        return lambda device: checks.append(str(device)) or reason
+
+    assert not stats_backend.use_triton("auto", torch.device("cpu"), check(None))
+    assert stats_backend.use_triton("triton", torch.device("cpu"), check("x"))
+    assert not stats_backend.use_triton("blocks", torch.device("cuda", 0), check(None))
+    assert checks == []
+    assert stats_backend.use_triton("auto", torch.device("cuda", 0), check(None))
+    with pytest.warns(RuntimeWarning, match=r"cuda:1 \(its entropy differs\).*attention.stats_backend=blocks"):
+        assert not stats_backend.use_triton("auto", torch.device("cuda", 1), check("its entropy differs"))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not stats_backend.use_triton("auto", torch.device("cuda", 1), check(None))
+        assert stats_backend.use_triton("auto", torch.device("cuda", 0), check("x"))
+    assert checks == ["cuda:0", "cuda:1"]
 
 
 # ---- asking for it where it cannot run ----------------------------------------------------------------------
@@ -215,4 +274,5 @@ def test_the_config_check_refuses_what_cannot_run():
         cfg = OmegaConf.create({"device": "cpu", "attention": {"stats_backend": value}})
         with pytest.raises(ConfigError, match="attention.stats_backend=auto"):
             check_stats_backend(cfg)
-    check_stats_backend(OmegaConf.create({"device": "cpu", "attention": {"stats_backend": "auto"}}))
+    for value in ("auto", "blocks"):
+        check_stats_backend(OmegaConf.create({"device": "cpu", "attention": {"stats_backend": value}}))

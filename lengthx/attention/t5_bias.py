@@ -27,10 +27,11 @@ Paths of :meth:`RelativeBiasTable.attend` (all compute softmax((QKᵀ·scaling +
   faster than stock SDPA at the XXL shape, while ``sdpa`` over the view took 0.12-0.33x stock's time
   (``results/bench/gpu-stats.md``); head dimensions below 16 are refused (the kernel's minimum).
 
-Statistics on a GPU (``attention.stats_backend``): ``auto`` takes the paths above (on a GPU the explicit
-blocks); ``triton`` computes output, P_max and entropy in one flash-style pass over the table
-(:mod:`lengthx.attention.triton_stats`, any float dtype, padding masks), on CUDA only (or the CPU under
-``TRITON_INTERPRET=1``); it needs the ``triton`` package (the ``gpu`` extra).
+Statistics on a GPU (``attention.stats_backend``, :mod:`lengthx.attention.stats_backend`): ``auto`` computes
+output, P_max and entropy on CUDA in one flash-style pass over the table (:mod:`lengthx.attention.triton_stats`,
+any float dtype, padding masks) when the ``triton`` package imports and the kernel passes its self-check, else
+the explicit device blocks with one warning; ``triton`` asks for the pass (CUDA only, or the CPU under
+``TRITON_INTERPRET=1``), ``blocks`` for the explicit path. On the CPU ``auto`` takes the paths above.
 
 Hook (transformers 5.23): :func:`enable_efficient_t5` patches ``compute_bias`` of encoder block 0 only, so
 it returns a :class:`RelativeBiasTable` instead of the (1, H, L, L) tensor; that object travels through
@@ -49,8 +50,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lengthx.attention import fused
+from lengthx.attention import fused, tiled_softmax
 from lengthx.attention.stats import stats_from_sums
+from lengthx.attention.stats_backend import STATS_BACKENDS, use_triton
 from lengthx.attention.temperature import ATTN_NAME, AttentionCall, register
 from lengthx.attention.tiled_softmax import (
     ExplicitCall,
@@ -65,7 +67,6 @@ from lengthx.attention.tiled_softmax import (
 MODES = ("auto", "always", "never")
 FLEX_MIN_HEAD_DIM = 16  # FlexAttention's compiled kernel refuses smaller query/key/value head dimensions
 BACKENDS = ("auto", "sdpa", "explicit", "flex")
-STATS_BACKENDS = ("auto", "triton")  # attention.stats_backend: what computes statistics (docs/gpu.md)
 DEFAULT_MIN_LENGTH = 2048  # mode "auto": inputs longer than this use the efficient path
 SETTINGS_ATTR = "lengthx_efficient"  # on encoder block 0's attention module: an EfficientT5Settings
 
@@ -90,9 +91,9 @@ class EfficientT5Settings:
 
     ``mode``: ``auto`` = efficient for inputs longer than ``min_length`` tokens, stock below; ``always``;
     ``never``. ``backend``: ``auto`` (SDPA over the view, :func:`resolve_backend`), ``sdpa``, ``explicit``,
-    ``flex``. With statistics capture on, the explicit path is used whatever the backend, unless
-    ``stats_backend`` is ``triton`` (config ``attention.stats_backend``): then the Triton kernel of
-    :mod:`lengthx.attention.triton_stats` computes output and statistics in one pass.
+    ``flex``. With statistics capture on, the explicit path is used whatever the backend, unless the Triton
+    kernel of :mod:`lengthx.attention.triton_stats` computes output and statistics in one pass (config
+    ``attention.stats_backend``: ``auto`` on CUDA when it passes its self-check, ``triton``; ``blocks`` never).
     """
 
     mode: str = "auto"
@@ -197,18 +198,21 @@ class RelativeBiasTable:
     def statistics_kernel(self, call: AttentionCall) -> str | None:
         """The one-pass kernel that computes this call's statistics, or None (the explicit path).
 
-        ``triton`` (``attention.stats_backend=triton``): statistics without the logit capture, no dropout, no
-        gradients, self-attention with no mask or a padding mask, on CUDA (a ValueError naming the fix
-        elsewhere). ``fused`` (:mod:`lengthx.attention.fused`): the same on the CPU in fp32 with keys that form
+        ``triton`` (``attention.stats_backend=triton``, or ``auto`` on CUDA when the kernel passed its
+        self-check: :func:`~lengthx.attention.stats_backend.use_triton`): statistics without the logit capture,
+        no dropout, no gradients, self-attention with no mask or a padding mask, on CUDA (asked for by name
+        elsewhere: a ValueError naming the fix); calls outside these take the explicit path. ``fused`` (:mod:`lengthx.attention.fused`): the same on the CPU in fp32 with keys that form
         one contiguous range per example."""
         stats, query = call.stats, call.query
         if stats is None or stats.wants_logits(call.module):
             return None
         p_drop = call.dropout if call.module.training else 0.0
         b, k_len = query.shape[0], call.key.shape[-2]
-        if self.stats_backend == "triton":
+        if self.stats_backend == "triton" or (self.stats_backend == "auto" and query.device.type == "cuda"):
             if p_drop or (torch.is_grad_enabled() and query.requires_grad) or query.shape[-2] != k_len:
                 return None
+            if not use_triton(self.stats_backend, query.device):
+                return None  # auto, and the kernel is not usable here (warned once): the device blocks
             if not triton_kernel().supported(query.device):
                 raise ValueError(f"attention.stats_backend=triton runs on CUDA only, this model is on "
                                  f"{query.device.type}: use attention.stats_backend=auto, or device=cuda")
@@ -266,7 +270,11 @@ class RelativeBiasTable:
                                                   call.tau, call.stats)
         b, h, q_len, _ = query.shape
         k_len = call.key.shape[-2]
-        flipped = self.flipped(tau, query.dtype, query.device)
+        # the device blocks' statistics from fp32 scores whatever the input dtype: q·k, T/τ and their sum are
+        # not rounded to bf16 before the softmax (docs/gpu.md: bf16 logits put the entropy outside tolerance)
+        wide = (stats is not None and backend == "explicit" and query.device.type not in tiled_softmax.TILED_DEVICES
+                and not (torch.is_grad_enabled() and query.requires_grad))
+        flipped = self.flipped(tau, torch.float32 if wide else query.dtype, query.device)
         ranges = key_ranges(mask, b, k_len)
         key_f = call.key.flip(2).contiguous()
         value_f = value.flip(2).contiguous()
@@ -367,8 +375,9 @@ def enable_efficient_t5(
     unchanged), ``always``, or ``never`` (same as :func:`disable_efficient_t5`). Switches the model to the
     "lengthx" attention implementation (τ = 1 and no statistics there is stock SDPA), and patches encoder
     block 0's ``compute_bias`` only; the decoder is untouched. Idempotent; calling again changes settings.
-    ``stats_backend``: ``auto``, or ``triton`` (statistics from :mod:`lengthx.attention.triton_stats`; the
-    triton package must import, else a ValueError naming the fix).
+    ``stats_backend``: ``auto``, ``triton`` (statistics from :mod:`lengthx.attention.triton_stats`; the
+    triton package must import, else a ValueError naming the fix) or ``blocks``
+    (:mod:`lengthx.attention.stats_backend`).
     """
     settings = EfficientT5Settings(mode=mode, min_length=int(min_length), backend=backend,
                                    stats_backend=stats_backend)

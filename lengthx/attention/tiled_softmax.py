@@ -167,11 +167,14 @@ def _explicit_blocks(call: ExplicitCall, block_elements: int) -> None:
     """The explicit path out of place, over blocks of query rows of all examples and heads (about
     ``block_elements`` scores each): for training (gradients flow to Q, K, V and the bias table) and on
     accelerators (few, large kernels). Statistics (if any): without gradients from the same pass as the softmax
-    (``stats.softmax_sums_``, one exp per score), when training from a detached copy of the scores. Writes the
-    block outputs into ``out`` (autograd-tracked copies when training).
+    (``stats.softmax_sums_``, one exp per score), when training from a detached copy of the scores. With an fp32
+    bias table and lower-precision inputs (``RelativeBiasTable`` passes one for statistics on a device) the
+    scores are computed in fp32. Writes the block outputs into ``out`` (autograd-tracked copies when training).
     """
     module, query, key_f, value_f, mask, stats, out = (call.module, call.query, call.key_f, call.value_f,
                                                         call.mask, call.stats, call.out)
+    if call.flipped.dtype == torch.float32 and query.dtype != torch.float32:  # scores in fp32 (t5_bias)
+        query, key_f = query.float(), key_f.float()
     b, h, q_len, _ = query.shape
     n = call.k1 - call.k0
     rows = min(q_len, max(MIN_BLOCK_ROWS, block_elements // max(1, b * h * n)))

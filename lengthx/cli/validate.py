@@ -283,7 +283,8 @@ def check_attention_backend(cfg: DictConfig) -> None:
 
 def check_stats_backend(cfg: DictConfig) -> None:
     """Raise :class:`ConfigError` when ``attention.stats_backend`` is unknown, or ``triton`` where it cannot run:
-    no triton package, or a device that is not CUDA (docs/gpu.md)."""
+    no triton package, or a device that is not CUDA (docs/gpu.md). ``auto`` falls back by itself, with a warning
+    (:mod:`lengthx.attention.stats_backend`); ``blocks`` runs everywhere."""
     value = str((cfg.get("attention") or {}).get("stats_backend", "auto"))
     if value == "auto":
         return
@@ -296,6 +297,8 @@ def check_stats_backend(cfg: DictConfig) -> None:
     if value not in STATS_BACKENDS:
         raise ConfigError(f"attention.stats_backend={value} is not one of {', '.join(STATS_BACKENDS)}. Fix: "
                           "attention.stats_backend=auto")
+    if value != "triton":
+        return
     device = str(cfg.device)
     if importlib.util.find_spec("triton") is None:
         raise ConfigError("attention.stats_backend=triton: the triton package is not installed. Fix: pip install "

@@ -67,11 +67,11 @@ from bench_gpu_encoder import EncoderTiming  # noqa: E402
 from bench_gpu_models import (  # noqa: E402 - the names other scripts imported from here before the split
     ITEM1_CORE,
     ITEM1_EXTRA,
+    ITEM1_STATS,
     LENGTHS,
     OURS_FLEX,
     OURS_SDPA,
     OURS_STATS,
-    OURS_TRITON,
     SHAPES,
     STOCK,
     T5_BASE,
@@ -111,8 +111,8 @@ def run(args: argparse.Namespace) -> Bench:
     ends = tuple(dict.fromkeys((min(lengths), max(lengths))))
     middle = tuple(n for n in lengths if n not in ends)
     steps = [(2, bench.item2), (4, bench.item4), (3, lambda: bench.item3(full_rows=False)),
-             (1, lambda: bench.item1(ITEM1_CORE)), (1, lambda: bench.item1((OURS_TRITON, OURS_STATS), ends)),
-             (1, lambda: bench.item1(ITEM1_EXTRA)), (1, lambda: bench.item1((OURS_TRITON, OURS_STATS), middle)),
+             (1, lambda: bench.item1(ITEM1_CORE)), (1, lambda: bench.item1(ITEM1_STATS, ends)),
+             (1, lambda: bench.item1(ITEM1_EXTRA)), (1, lambda: bench.item1(ITEM1_STATS, middle)),
              (3, lambda: bench.item3(full_rows=True))]
     bench.save()
     for item, step in steps:

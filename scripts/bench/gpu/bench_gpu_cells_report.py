@@ -64,22 +64,30 @@ def measured(result: dict[str, Any]) -> bool:
 
 def merge_reports(reports: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     """Several calls' JSONs as one report: every cell any call lists (the first's order, then cells new in later
-    calls), each with the last result for it (model, paper, task, length) that no budget skipped."""
+    calls), each with the last result for it (model, paper, task, length) that no budget skipped, and the device
+    that measured it (``result["device"]``). GPUs of several calls may differ (each row names its own); a CPU
+    smoke report never merges with another device's."""
     devices = {r.get("device") for _, r in reports}
-    if len(devices) > 1:
-        raise ValueError("the reports were measured on different devices ("
+    if len(devices) > 1 and any(str(d).startswith("CPU") for d in devices):
+        raise ValueError("the reports were measured on different devices, one of them a CPU ("
                          + "; ".join(f"{n}: {r.get('device')}" for n, r in reports)
-                         + "): one report holds one device's timings. Fix: merge the reports of one device only")
+                         + "): a smoke run's timings never stand beside a GPU's. Fix: merge the GPU reports only")
+
+    def own(cell: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+        return {**cell, "result": {**cell["result"], "device": cell["result"].get("device") or report.get("device")}}
+
     first = reports[0][1]
-    data = {**first, "cells": [dict(c) for c in first["cells"]]}
+    data = {**first, "cells": [own(c, first) for c in first["cells"]]}
     at = {cell_key(c): c for c in data["cells"]}
     for _, other in reports[1:]:
         for c in other["cells"]:
             if cell_key(c) not in at:
-                at[cell_key(c)] = dict(c)
+                at[cell_key(c)] = own(c, other)
                 data["cells"].append(at[cell_key(c)])
             elif measured(c["result"]):
-                at[cell_key(c)]["result"] = c["result"]
+                at[cell_key(c)]["result"] = own(c, other)["result"]
+    data["device"] = " and ".join(sorted({str(c["result"]["device"]) for c in data["cells"]
+                                          if measured(c["result"])} or devices))
     data["passes"] = passes_of(data["cells"])
     data["meta"] = {**reports[-1][1]["meta"], "budget_s": sum(r["meta"]["budget_s"] for _, r in reports),
                     "merged_from": [n for n, _ in reports]}
@@ -102,12 +110,13 @@ def render(data: dict[str, Any]) -> str:
            "`torch.cuda.max_memory_allocated` over the run, weights included.", ""]
     for paper, title, head in (("A", "Paper A: `lengthx run`, method none, the longest setting",
                                 "| model | params | task | L_ex tokens | new tokens | examples | s / example | peak GiB | "
-                                "fits | Algorithm 1 statistics pass: s, peak GiB | load s |"),
+                                "fits | Algorithm 1 statistics pass: s, peak GiB | load s | device |"),
                                ("B", "Paper B: `lengthx train`, the longest run", "| model | params | run | "
-                                "tokens / sequence | batch | steps | s / sequence | tokens/s | peak GiB | fits |")):
+                                "tokens / sequence | batch | steps | s / sequence | tokens/s | peak GiB | fits | device |")):
         out += [f"## {title}", "", head, "|" + "---|" * head.count(" | ") + "---|"]
         for c in (c for c in data["cells"] if c["paper"] == paper):
             r = c["result"]
+            where = str(r.get("device") or data["device"]).replace(" (bench_gpu_cells)", "") if measured(r) else ""
             status = r.get("status", "not run")
             fits = "yes" if r.get("fits") else "no (OOM)" if status == "oom" else status if status != "ok" else \
                 f"no (offloaded to {', '.join(r.get('offloaded') or [])})"
@@ -121,10 +130,10 @@ def render(data: dict[str, Any]) -> str:
                     s.get("status", "ok") == "ok" else f"{s['status']}: {s.get('error', '')}"
                 out.append(f"| {c['model']} | {p} | {c['task']} | {c['length']} | {c['new_tokens']} | "
                            f"{r.get('examples', '')} | {_fmt(r.get('per_example_s'))} | {_fmt(r.get('peak_gib'))} | "
-                           f"{fits} | {st} | {_fmt(r.get('load_s'), '{:.0f}')} |")
+                           f"{fits} | {st} | {_fmt(r.get('load_s'), '{:.0f}')} | {where} |")
             else:
                 out.append(f"| {c['model']} | {p} | {c['task']} | {c['length']} | {r.get('batch', '')} | "
                            f"{r.get('steps', '')} | {_fmt(r.get('per_example_s'), '{:.3f}')} | "
-                           f"{_fmt(r.get('tokens_s'), '{:,.0f}')} | {_fmt(r.get('peak_gib'))} | {fits} |")
+                           f"{_fmt(r.get('tokens_s'), '{:,.0f}')} | {_fmt(r.get('peak_gib'))} | {fits} | {where} |")
         out.append("")
     return "\n".join(out)

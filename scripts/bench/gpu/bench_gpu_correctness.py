@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from bench_gpu_models import (
     EXPLICIT,
+    OURS_BLOCKS,
     OURS_FLEX,
     OURS_SDPA,
     OURS_STATS,
@@ -66,7 +67,7 @@ class Correctness:
                    "entropy": TOL_FACTOR * floor["entropy"] + 1e-3}
             rows.append({"shape": shape_name, "tau": tau, "path": "dense-explicit bf16 vs fp32", "errors": floor,
                          "tol": None, "ok": None})
-            for v in (OURS_SDPA, OURS_FLEX, OURS_STATS, OURS_TRITON, STOCK):
+            for v in (OURS_SDPA, OURS_FLEX, OURS_STATS, OURS_TRITON, OURS_BLOCKS, STOCK):
                 row: dict[str, Any] = {"shape": shape_name, "tau": tau, "path": v.name, "tol": tol}
                 why = self.unavailable(v) or ("n/a (stock has no τ)" if v is STOCK and tau != 1.0 else None)
                 if why is not None:

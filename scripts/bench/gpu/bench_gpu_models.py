@@ -61,7 +61,7 @@ class Variant:
     @property
     def tiled(self) -> bool:
         """Runs the offset table's tiled explicit softmax (statistics of every row on the offset table)."""
-        return self.backend is not None and self.stats == 1 and self.stats_backend == "auto"
+        return self.backend is not None and self.stats == 1 and self.stats_backend != "triton"
 
 
 STOCK = Variant("stock-sdpa", attn="sdpa", note="transformers SDPA, (1, H, L, L) bias")
@@ -70,7 +70,10 @@ EXPLICIT = Variant("dense-explicit", stats=1, note="the correctness reference")
 OURS_SDPA = Variant("lengthx-sdpa", backend="sdpa", note="offset table, SDPA over the zero-copy view")
 OURS_FLEX = Variant("lengthx-flex", backend="flex", note="offset table, FlexAttention (on request)")
 OURS_STATS = Variant("lengthx+stats", backend="sdpa", stats=1,
-                     note="offset table, tiled softmax + P_max/entropy (any backend with statistics)")
+                     note="offset table + P_max/entropy, the default (attention.stats_backend=auto: on CUDA the "
+                          "Triton pass when it passes its self-check, else the explicit blocks)")
+OURS_BLOCKS = Variant("lengthx+stats[blocks]", backend="sdpa", stats=1, stats_backend="blocks",
+                      note="offset table, explicit softmax blocks + P_max/entropy (attention.stats_backend=blocks)")
 OURS_STATS_TILES = Variant("lengthx+stats[per-head tiles]", backend="sdpa", stats=1, per_head_tiles=True,
                            note="the same with the CPU's per-head tiles forced on any device")
 OURS_TRITON = Variant("lengthx+triton", backend="sdpa", stats=1, stats_backend="triton",
@@ -79,7 +82,9 @@ FLEX_SAMPLED = Variant("lengthx-flex+stats/16", backend="flex", stats=16,
                        note="FlexAttention + statistics of every 16th row")
 ITEM1_CORE = (OURS_FLEX, OURS_SDPA, STOCK)  # per length: lengthx first, stock (the likeliest OOM) last
 ITEM1_EXTRA = (FLEX_SAMPLED, OURS_STATS_TILES, DENSE_STATS)
-ITEM1_ORDER = (STOCK, OURS_SDPA, OURS_FLEX, DENSE_STATS, OURS_STATS, OURS_TRITON, OURS_STATS_TILES, FLEX_SAMPLED)
+ITEM1_STATS = (OURS_STATS, OURS_TRITON, OURS_BLOCKS)  # statistics of every row: the default, then each path by name
+ITEM1_ORDER = (STOCK, OURS_SDPA, OURS_FLEX, DENSE_STATS, OURS_STATS, OURS_TRITON, OURS_BLOCKS, OURS_STATS_TILES,
+               FLEX_SAMPLED)
 
 
 @contextmanager

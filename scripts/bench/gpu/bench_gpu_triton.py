@@ -11,7 +11,7 @@ pass. Target: at most 1.2x the SDPA path at 8k and 15k tokens (bf16, every row).
    to 2·2^-8·max|v|, the argument of tests/test_triton_stats.py).
 2. **One attention call** at the XXL shape (64 heads × d_kv 64), through ``RelativeBiasTable.attend`` as the
    encoder calls it, τ = 0.7: ``sdpa`` (the offset table's SDPA over the bias view, no statistics),
-   ``blocks`` (statistics of every row over the explicit device blocks: what ``stats_backend=auto`` runs),
+   ``blocks`` (statistics of every row over the explicit device blocks: ``stats_backend=blocks``),
    ``triton`` (every row), ``triton/16`` (every 16th row), and the kernel itself without statistics
    (``kernel-nostats``) and without its one-bias-per-tile shortcut (``kernel-gather``).
 3. **The 24-layer XXL encoder forward** (random weights; block 0's bias from N(0, 2)), τ = 0.7:
@@ -68,7 +68,7 @@ T5_COMMON = dict(relative_attention_num_buckets=32, relative_attention_max_dista
 TAU = 0.7  # Algorithm 1 tries τ < 1; speed does not depend on it
 TAUS = (1.0, 0.85, 0.7, 0.5)
 CALL_VARIANTS = ("sdpa", "blocks", "triton", "triton/16", "kernel-nostats", "kernel-gather")
-ENCODER_VARIANTS = {"lengthx-sdpa": ("auto", 0), "lengthx+stats": ("auto", 1), "lengthx+triton": ("triton", 1),
+ENCODER_VARIANTS = {"lengthx-sdpa": ("auto", 0), "lengthx+stats": ("blocks", 1), "lengthx+triton": ("triton", 1),
                     "lengthx+triton/16": ("triton", 16)}
 TARGET = 1.2
 
@@ -182,7 +182,7 @@ def call_fn(bench: Bench, n: int, variant: str) -> Callable[[], Any]:
         stats, runs = variant != "kernel-nostats", variant != "kernel-gather"
         return lambda: kern.attention_stats(q, k, v, table, 1 / TAU, 1 / TAU, None, 1, stats=stats, runs=runs)
     stride = {"sdpa": 0, "flex": 0, "blocks": 1, "triton": 1, "triton/16": 16}[variant]
-    backend = "triton" if variant.startswith("triton") else "auto"
+    backend = "triton" if variant.startswith("triton") else "blocks" if variant == "blocks" else "auto"
 
     def run() -> None:
         stats = AttentionStats([module], row_stride=stride) if stride else None
