@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
+from lengthx.errors import Terminated, raise_terminated
 from lengthx.minis.loop import Box, TrainingLoop
 
 
 class Toy:
     """A linear regression whose batch ``k`` comes from a generator whose state is saved (as mini-t5's)."""
 
-    def __init__(self, seed: int = 0, stop_at: int | None = None, slow_eval: float = 0.0):
+    def __init__(self, seed: int = 0, stop_at: int | None = None, slow_eval: float = 0.0,
+                 signals: tuple[int, list[signal.Signals]] = (0, [])):
         torch.manual_seed(seed)
         self.model = torch.nn.Linear(4, 1)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=0.1)
         self.gen = torch.Generator().manual_seed(seed)
-        self.stop_at, self.slow_eval = stop_at, slow_eval
+        self.stop_at, self.slow_eval, self.signals = stop_at, slow_eval, signals
         self.seen: list[int] = []
 
     def lr(self, loop: TrainingLoop) -> float:
@@ -37,6 +43,11 @@ class Toy:
                 time.sleep(self.slow_eval)
         if self.stop_at is not None and loop.step == self.stop_at:
             loop.state["stopped"] = "asked"
+        at, signums = self.signals
+        if loop.step == at:  # as ``kill`` sends them, mid-step
+            for signum in signums:
+                os.kill(os.getpid(), signum)
+            loop.state["curve"][-1]["after_the_signals"] = True  # the rest of the step is done
 
     def state_parts(self) -> dict[str, Any]:
         return {"generator": self.gen.get_state()}
@@ -110,3 +121,53 @@ def test_the_portable_point_saves_tied_weights_once(tmp_path):
     _atomic_save({"model": {k: v.half() for k, v in model.state_dict().items()}}, tmp_path / "apart.pt")
     embedding = 4000 * 32 * 2  # bytes of one fp16 copy
     assert (tmp_path / "apart.pt").stat().st_size - (tmp_path / "tied.pt").stat().st_size > 2 * embedding
+
+
+@pytest.fixture
+def as_the_cli():
+    """SIGTERM handled as the ``lengthx`` command handles it (:func:`lengthx.errors.raise_terminated`)."""
+    before = signal.signal(signal.SIGTERM, raise_terminated)
+    yield
+    signal.signal(signal.SIGTERM, before)
+
+
+@pytest.mark.parametrize("signum, raised", [(signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)])
+def test_a_signal_ends_the_step_under_way_saves_it_and_stops_the_run_as_it_would_have(tmp_path, as_the_cli, signum,
+                                                                                       raised):
+    """SIGTERM or Ctrl-C mid-step: the step ends, the state is saved there (past the periodic save at step 4), the
+    signal's own handler then stops the run (``lengthx``: exit 143 or 130); the rerun ends on the uninterrupted
+    run's weights."""
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    with pytest.raises(raised) as stopped:
+        _run(tmp_path / "a", Box(12, save_every_steps=4, portable=True), signals=(6, [signum]))
+    assert type(stopped.value) is raised
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
+    for name in ("state.pt", "resume.pt"):
+        assert torch.load(tmp_path / "a" / name, weights_only=True)["state"]["step"] == 6
+    curve = json.loads((tmp_path / "a" / "curve.json").read_text())
+    assert curve[-1] == {"step": 6, "after_the_signals": True}
+    resumed, recipe = _run(tmp_path / "a", Box(12, save_every_steps=4, portable=True))
+    assert recipe.seen == list(range(6, 12))
+    straight, _ = _run(tmp_path / "b", Box(12, save_every_steps=4, portable=True))
+    assert all(torch.equal(a, b) for a, b in zip(_weights(straight), _weights(resumed), strict=True))
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
+
+
+def test_a_second_signal_stops_the_run_at_once_and_leaves_the_last_save_whole(tmp_path, as_the_cli):
+    with pytest.raises(KeyboardInterrupt) as stopped:  # (Terminated is one) caught: a regression fails, not aborts
+        _run(tmp_path, Box(12, save_every_steps=4), signals=(6, [signal.SIGINT, signal.SIGTERM]))
+    assert type(stopped.value) is Terminated  # the second signal's handler
+    assert torch.load(tmp_path / "state.pt", weights_only=True)["state"]["step"] == 4  # step 6 not finished
+    assert signal.getsignal(signal.SIGTERM) == raise_terminated
+    assert signal.getsignal(signal.SIGINT) == signal.default_int_handler
+
+
+def test_without_a_handler_a_signal_handed_over_exits_as_the_signal_would():
+    """A trainer's script run by itself (SIGTERM's default action): the save done, the exit status is 143."""
+    from lengthx.segmented.preemption import DeferredSignal
+
+    deferred = DeferredSignal({signal.SIGTERM: signal.SIG_DFL})
+    deferred.received = signal.SIGTERM
+    with pytest.raises(SystemExit) as stopped:
+        deferred.hand_over()
+    assert stopped.value.code == 143

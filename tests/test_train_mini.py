@@ -5,7 +5,15 @@ weights the trainer's script gives with the same options."""
 from __future__ import annotations
 
 import json
+import os
+import queue
+import re
 import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -125,6 +133,50 @@ def test_the_other_recipes_train_from_the_cli_and_resume(tmp_path, as_a_process,
     _run(as_a_process, recipe, tmp_path / "cli", "stop_step=2", *tiny)
     assert "resumed from" in _run(as_a_process, recipe, tmp_path / "cli", *tiny)
     assert (tmp_path / "cli" / "export" / "README.md").is_file()  # trained to its end, exported with its card
+
+
+@pytest.mark.slow
+def test_sigterm_saves_the_step_under_way_exits_143_and_a_rerun_resumes_there(tmp_path, as_a_process):
+    """SIGTERM (``timeout``, ``kill``, a scheduler) to ``lengthx train-mini`` past its last periodic save: the loop
+    ends the step under way, saves it and exits 143 with the CLI's line; nothing since the periodic save is lost."""
+    out, save_every = tmp_path / "run", 10
+    argv = ["train-mini", "recipe=t5_lm", *[a for a in TINY["t5_lm"] if not a.startswith(("steps=", "save_every="))],
+            "steps=100000", f"save_every={save_every}", "seed=1", f"out={out}"]
+    env = {**{k: v for k, v in os.environ.items() if k != "LENGTHX_DEBUG"}, "HF_HUB_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "lengthx.cli", *argv], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: any(lines.put(ln) for ln in proc.stdout), daemon=True)
+    reader.start()
+    seen, logged, deadline = [], 0, time.time() + 120
+    try:
+        while logged < save_every + 3:  # a few steps past the first periodic save (step 10)
+            try:
+                seen.append(lines.get(timeout=max(0.0, deadline - time.time())))
+            except queue.Empty:
+                pytest.fail("no step 13 within 120 s: " + "".join(seen)[-2000:])
+            if m := re.search(r"\] step (\d+)/100000", seen[-1]):
+                logged = int(m.group(1))
+            assert proc.poll() is None or not lines.empty(), "".join(seen)[-2000:]
+        assert (out / "state.pt").is_file()  # the periodic save at step 10
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    reader.join(timeout=10)  # its last lines
+    while not lines.empty():
+        seen.append(lines.get())
+    text = "".join(seen)
+    assert proc.returncode == 143, text[-2000:]
+    assert text.rstrip().endswith("terminated (SIGTERM); rerun the same command to resume"), text[-2000:]
+    assert "Traceback" not in text
+    state = torch.load(out / "state.pt", weights_only=True)["state"]
+    assert state["step"] >= logged > save_every, (state["step"], logged)  # not lost: step 10's save is not the last
+    assert json.loads((out / "curve.json").read_text())[-1]["step"] == state["step"]
+    p = as_a_process(["lengthx", *argv, "max_minutes=1e-9"])  # the rerun: resumes, trains no step (minutes spent)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert f"resumed from {out / 'state.pt'} at step {state['step']} " in p.stdout, p.stdout[-2000:]
 
 
 LOOKUP_VARIANTS = {  # docs/mini-t5-lookup.md, the lookup stand-in's variants: their start and record forms

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +27,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+
+from lengthx.segmented.preemption import deferred_signals
 
 
 def log(msg: str) -> None:
@@ -126,13 +129,14 @@ class TrainingLoop:
         return True
 
     def save(self) -> None:
-        """``state.pt`` (atomically), ``curve.json`` and, with ``Box.portable``, ``resume.pt``."""
+        """``state.pt``, ``curve.json`` and, with ``Box.portable``, ``resume.pt``, each written atomically (a file
+        is the old one or the new one, whenever the process is stopped)."""
         self.out.mkdir(parents=True, exist_ok=True)
         parts = {**self.recipe.state_parts(), "state": self.state}
         _atomic_save({"model": self.model.state_dict(), "opt": self.optimizer.state_dict(), **parts}, self.checkpoint)
         if self.box.portable:
             _atomic_save({"model": _half(self.model.state_dict()), **parts}, self.portable)
-        (self.out / "curve.json").write_text(json.dumps(self.state["curve"], indent=1))
+        _atomic_write(json.dumps(self.state["curve"], indent=1), self.out / "curve.json")
         self._last_save = self._tick = time.time()
 
     @contextmanager
@@ -149,28 +153,44 @@ class TrainingLoop:
         return self.progress < 1 and self.state["stopped"] is None and (stop is None or self.step < stop)
 
     def run(self) -> None:
-        """Optimizer steps until a box is full or the recipe stops the run; the state is saved at the end."""
+        """Optimizer steps until a box is full or the recipe stops the run; the state is saved at the end.
+
+        SIGTERM or Ctrl-C (SIGINT) is held until the step under way ends (its ``after_step`` included): the state
+        is saved there, then the signal goes to the handler it had (``lengthx``'s raises
+        :class:`lengthx.errors.Terminated`, exit 143; Python's KeyboardInterrupt, 130), so a rerun resumes from the
+        step the run reached. A second signal while the first waits stops the run at once (the saves are atomic).
+        The handlers are restored when the run ends."""
         self.model.train()
         self._tick = self._last_save = time.time()
-        while self.running():
-            lr = self.recipe.lr(self)
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr
-            loss = self.recipe.loss(self.step)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-            self.optimizer.step()
-            self.state["step"] = self.step + 1
-            now = time.time()
-            self.state[self.seconds_key] += now - self._tick
-            self._tick = now
-            self.recipe.after_step(self)
-            every_steps = self.box.save_every_steps and self.step % self.box.save_every_steps == 0
-            every_minutes = self.box.save_every_minutes and time.time() - self._last_save > 60 * self.box.save_every_minutes
-            if every_steps or every_minutes:
-                self.save()
-        self.save()
+        with deferred_signals((signal.SIGTERM, signal.SIGINT), again_at_once=True) as stop:
+            while self.running() and not (stop is not None and stop.pending):
+                self._one_step()
+            if stop is not None and stop.pending:
+                log(f"{stop.received.name} received: saving the state at step {self.step}, then stopping "
+                    "(rerun to resume; again to stop at once)")
+            self.save()
+        if stop is not None and stop.pending:  # a signal during the last step or save: it stops the run too
+            stop.hand_over()
+
+    def _one_step(self) -> None:
+        """One optimizer step, the recipe's ``after_step`` and the periodic save."""
+        lr = self.recipe.lr(self)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        loss = self.recipe.loss(self.step)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.state["step"] = self.step + 1
+        now = time.time()
+        self.state[self.seconds_key] += now - self._tick
+        self._tick = now
+        self.recipe.after_step(self)
+        every_steps = self.box.save_every_steps and self.step % self.box.save_every_steps == 0
+        every_minutes = self.box.save_every_minutes and time.time() - self._last_save > 60 * self.box.save_every_minutes
+        if every_steps or every_minutes:
+            self.save()
 
 
 def _half(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -187,4 +207,10 @@ def _half(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def _atomic_save(obj: dict[str, Any], path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def _atomic_write(text: str, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
     os.replace(tmp, path)
