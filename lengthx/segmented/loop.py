@@ -36,8 +36,10 @@ from lengthx.segmented.checkpoints import (
     _save_checkpoint,
     load_checkpoint,
 )
+from lengthx.segmented.loss import causal_lm_loss as causal_lm_loss  # re-exported: minis, benches
+from lengthx.segmented.loss import micro_batch_loss
 from lengthx.segmented.metrics import LEGACY_CURVE_FILE, METRICS_FILE, read_curve
-from lengthx.segmented.models import check_family, max_positions, prepare_for_length, segmented_forward
+from lengthx.segmented.models import check_family, max_positions, prepare_for_length
 from lengthx.segmented.plan import (
     META_FILE,
     RunSpec,
@@ -50,7 +52,7 @@ from lengthx.segmented.plan import (
 )
 from lengthx.segmented.preemption import deferred_scheduler_signal
 from lengthx.segmented.run_lock import run_directory_lock
-from lengthx.segmented.sampling import IGNORE_INDEX, collate_segmented, sample_generator
+from lengthx.segmented.sampling import collate_segmented, sample_generator
 
 log = logging.getLogger("lengthx.train")
 
@@ -80,17 +82,6 @@ def build_optimizer(
         (no_decay if p.dim() < 2 or "norm" in name.lower() or name.endswith(".bias") else decay).append(p)
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps)
-
-
-def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy over the kept targets (fp32): logits[t] predicts labels[t+1]."""
-    return torch.nn.functional.cross_entropy(
-        logits[:, :-1].float().reshape(-1, logits.shape[-1]),
-        labels[:, 1:].reshape(-1),
-        ignore_index=IGNORE_INDEX,
-    )
-
-
 
 
 def load_for_training(model_cfg: Any, attn_implementation: str | None = None) -> tuple[Any, Any]:
@@ -250,6 +241,7 @@ class _Loop:
         """One optimizer step over ``grad_accum`` micro-batches of this process; (mean loss, its LR)."""
         acc, ga, world = self.accelerator, self.grad_accum, self.accelerator.num_processes
         step_loss = torch.zeros((), device=acc.device)
+        head = acc.unwrap_model(self.model).get_output_embeddings()  # for a chunked loss (lengthx.segmented.loss)
         for micro in range(ga):
             idx = micro_batch_indices(step, micro, acc.process_index, self.batch_size, ga, world)
             rows = self.pieces[[self.order(k) for k in idx]]["input_ids"].long()
@@ -258,9 +250,7 @@ class _Loop:
             batch = {k: v.to(acc.device) for k, v in batch.items()}
             sync = micro == ga - 1
             with acc.no_sync(self.model) if not sync and world > 1 else nullcontext():
-                outputs = segmented_forward(self.model, batch["input_ids"], batch["position_ids"],
-                                            batch["attention_mask"])
-                loss = causal_lm_loss(outputs.logits, batch["labels"])
+                loss = micro_batch_loss(self.model, head, batch, acc.autocast)
                 acc.backward(loss / ga)
             step_loss += loss.detach() / ga
         if self.max_grad_norm:

@@ -20,6 +20,11 @@ model and data are built and reads ``VmHWM`` after the steps; the table gives th
 increment* (peak − RSS just before the first step: activations, gradients, optimizer state and temporaries),
 each as a ratio to ``plain``. On CUDA, ``torch.cuda.max_memory_allocated`` is used the same way.
 
+A second table sets the loop's loss computed whole against the same loss chunked over the sequence
+(:mod:`lengthx.segmented.loss`, forced to ``--loss-chunk`` positions a chunk) for a BLOOM-shaped model of the
+same width with BLOOM's 250,880-token vocabulary (``--loss-families``, ``--loss-vocab``; plain L_t batches): the
+chunked peak as a ratio to the whole one.
+
     python scripts/bench/bench_training_memory.py            # d=256, 4 layers, L_t=512 -> results/bench/training_memory.md
     python scripts/bench/bench_training_memory.py --quick    # d=128, 2 layers, L_t=128, gpt2 only -> …_quick.md
 """
@@ -39,6 +44,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = ("plain", "chunk-0.25", "prefix-0.25", "full")
+LOSS_VARIANTS = ("loss-whole", "loss-chunked")  # plain L_t batches; the loss whole or in chunks
 L_E_FACTOR = 4
 
 
@@ -81,8 +87,15 @@ def build_model(family: str, args: argparse.Namespace) -> Any:
                             max_position_embeddings=args.l_t, hidden_dropout=0.0, attention_dropout=0.0,
                             use_cache=False)
         model = GPTNeoXForCausalLM(cfg)
+    elif family == "bloom":
+        from transformers import BloomConfig, BloomForCausalLM
+
+        cfg = BloomConfig(vocab_size=args.vocab, hidden_size=args.d_model, n_layer=args.layers, n_head=heads,
+                          hidden_dropout=0.0, attention_dropout=0.0, use_cache=False)
+        model = BloomForCausalLM(cfg)
+        args = argparse.Namespace(**{**vars(args), "attn": "eager"})  # BLOOM is eager-only
     else:
-        raise ValueError(f"unknown family {family!r}; use gpt2 or gpt_neox")
+        raise ValueError(f"unknown family {family!r}; use gpt2, gpt_neox or bloom")
     model.set_attn_implementation(args.attn)
     return model
 
@@ -104,17 +117,22 @@ def make_batches(method: Any, l_t: int, l_e: int, steps: int, batch: int, vocab:
     return batches
 
 
-def train_step(model: Any, optimizer: Any, batch: dict, autocast: Any = None) -> Any:
+def train_step(model: Any, optimizer: Any, batch: dict, autocast: Any = None, loss_limit: int | None = None) -> Any:
     """One optimizer step of the training loop (``segmented_forward``, ``causal_lm_loss``, backward, AdamW)
-    under ``autocast`` (a context such as ``torch.autocast``; none = the model's own precision); the loss."""
+    under ``autocast`` (a context such as ``torch.autocast``; none = the model's own precision); the loss.
+    ``loss_limit``: the loop's loss (``micro_batch_loss``), chunked above that many logit entries."""
     from contextlib import nullcontext
 
     from lengthx.segmented.loop import causal_lm_loss
+    from lengthx.segmented.loss import micro_batch_loss
     from lengthx.segmented.models import segmented_forward
 
     with autocast if autocast is not None else nullcontext():
-        out = segmented_forward(model, batch["input_ids"], batch["position_ids"], batch["attention_mask"])
-        loss = causal_lm_loss(out.logits, batch["labels"])
+        if loss_limit is not None:
+            loss = micro_batch_loss(model, model.get_output_embeddings(), batch, limit=loss_limit)
+        else:
+            out = segmented_forward(model, batch["input_ids"], batch["position_ids"], batch["attention_mask"])
+            loss = causal_lm_loss(out.logits, batch["labels"])
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -133,8 +151,10 @@ def _child(family: str, variant: str, args: argparse.Namespace) -> dict:
     device = torch.device(args.device)
     l_t, l_e = args.l_t, L_E_FACTOR * args.l_t
     model = build_model(family, args)
-    method = SegmentMethod.parse("da" if variant == "plain" else variant)  # da = whole L_t sequences
-    if variant != "plain":
+    plain = variant == "plain" or variant in LOSS_VARIANTS
+    method = SegmentMethod.parse("da" if plain else variant)  # da = whole L_t sequences
+    loss_limit = {"loss-whole": 2**62, "loss-chunked": args.batch * args.vocab * args.loss_chunk}.get(variant)
+    if not plain:
         prepare_for_length(model, family, l_e)  # GPT-2: wpe interpolated to L_e; NeoX: RoPE maximum raised
     model.to(device).train()
     optimizer = build_optimizer(model, lr=1e-4, weight_decay=0.1, betas=(0.9, 0.95))
@@ -152,7 +172,7 @@ def _child(family: str, variant: str, args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     losses = []
     for batch in batches:
-        losses.append(float(train_step(model, optimizer, batch)))
+        losses.append(float(train_step(model, optimizer, batch, loss_limit=loss_limit)))
     if cuda:
         torch.cuda.synchronize()
     seconds = (time.perf_counter() - t0) / len(batches)
@@ -237,6 +257,30 @@ def render(results: list[dict], args: argparse.Namespace, cuda: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_loss(results: list[dict], args: argparse.Namespace, cuda: bool) -> str:
+    """The second table: the loss whole vs chunked (peak and increment, chunked as a ratio to whole)."""
+    key_peak, key_base = ("cuda_peak", "cuda_base") if cuda else ("rss_peak", "rss_base")
+    lines = ["", f"## The loss whole vs chunked over the sequence (vocab {args.loss_vocab}, plain L_t batches, "
+             f"{args.loss_chunk} positions a chunk)", "",
+             "| family | loss | peak MiB | ratio | increment MiB | ratio | s/step | final loss |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for family in args.loss_families:
+        rows = [r for r in results if r["family"] == family]
+        whole = next((r for r in rows if r["variant"] == "loss-whole" and "error" not in r), None)
+        for r in rows:
+            if "error" in r:
+                lines.append(f"| {family} | {r['variant']} | {r['error']} | | | | | |")
+                continue
+            peak, inc = r[key_peak], r[key_peak] - r[key_base]
+            ratio = ratio_inc = "n/a"
+            if whole is not None:
+                ratio = f"{peak / whole[key_peak]:.2f}x"
+                ratio_inc = f"{inc / max(whole[key_peak] - whole[key_base], 1):.2f}x"
+            lines.append(f"| {family} | {r['variant'][5:]} | {_mib(peak)} | {ratio} | {_mib(inc)} | {ratio_inc} | "
+                         f"{r['step_s']:.2f} | {r['loss']:.6f} |")
+    return "\n".join(lines) + "\n"
+
+
 def _verdict(family: str, rows: list[dict], plain: dict, key_peak: str, key_base: str) -> str:
     def ratios(r: dict) -> tuple[float, float]:
         return (r[key_peak] / plain[key_peak],
@@ -269,12 +313,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per child")
     parser.add_argument("--out", default=None,
                         help="report path (default results/bench/training_memory.md; _quick.md with --quick)")
+    parser.add_argument("--loss-families", default="bloom",
+                        help="comma list for the whole-vs-chunked loss table (empty: no table)")
+    parser.add_argument("--loss-vocab", type=int, default=250880, help="its vocabulary (BLOOM's by default)")
+    parser.add_argument("--loss-chunk", type=int, default=64, help="its positions per chunk of the loss")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
         args.d_model, args.layers, args.l_t, args.steps = 128, 2, 128, 2
         args.families = args.families or "gpt2"
     args.families = (args.families or "gpt2,gpt_neox").split(",")
+    args.loss_families = [f for f in args.loss_families.split(",") if f]
     if args.out is None:
         args.out = str(ROOT / "results" / "bench" / f"training_memory{'_quick' if args.quick else ''}.md")
     if args.device == "auto":
@@ -289,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
 
     forwarded = ["--d-model", str(args.d_model), "--layers", str(args.layers), "--l-t", str(args.l_t),
                  "--vocab", str(args.vocab), "--batch", str(args.batch), "--steps", str(args.steps),
-                 "--attn", args.attn, "--threads", str(args.threads), "--device", args.device]
+                 "--attn", args.attn, "--threads", str(args.threads), "--device", args.device,
+                 "--loss-chunk", str(args.loss_chunk)]
     results = []
     for family in args.families:
         for variant in VARIANTS:
@@ -298,12 +348,24 @@ def main(argv: list[str] | None = None) -> int:
             results.append(r)
             status = r.get("error") or f"peak {_mib(r.get('cuda_peak', r['rss_peak']))} MiB"
             print(f"[{family} {variant}] {status} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    loss_argv = [*forwarded[:forwarded.index("--vocab")], "--vocab", str(args.loss_vocab),
+                 *forwarded[forwarded.index("--vocab") + 2:]]
+    loss_results = []
+    for family in args.loss_families:
+        for variant in LOSS_VARIANTS:
+            t0 = time.perf_counter()
+            r = _run_child(family, variant, loss_argv, args.timeout)
+            loss_results.append(r)
+            status = r.get("error") or f"peak {_mib(r.get('cuda_peak', r['rss_peak']))} MiB"
+            print(f"[{family} {variant}] {status} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
     report = render(results, args, cuda=args.device.startswith("cuda"))
+    if args.loss_families:
+        report += render_loss(loss_results, args, cuda=args.device.startswith("cuda"))
     print(report)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(report)
-    return 0 if all("error" not in r for r in results) else 1
+    return 0 if all("error" not in r for r in results + loss_results) else 1
 
 
 if __name__ == "__main__":
