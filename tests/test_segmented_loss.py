@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,7 @@ from safetensors.torch import load_file
 import lengthx.segmented.loss as loss_mod
 from lengthx.cli.train import compose_train_config
 from lengthx.segmented.loop import causal_lm_loss as reexported
-from lengthx.segmented.loop import train
+from lengthx.segmented.loop import read_curve, train
 from lengthx.segmented.loss import (
     causal_lm_loss,
     chunked_causal_lm_loss,
@@ -116,5 +119,47 @@ def test_the_loop_trains_the_same_with_a_chunked_loss(models, corpus, tmp_path, 
         assert a["loss"] == pytest.approx(b["loss"], abs=1e-5)
     wa, wb = load_file(whole.final_dir / "model.safetensors"), load_file(chunked.final_dir / "model.safetensors")
     assert wa.keys() == wb.keys()
+    for k in wa:
+        torch.testing.assert_close(wb[k], wa[k], rtol=1e-4, atol=1e-5, msg=k)
+
+
+LAUNCHER = """
+import runpy, sys
+import lengthx.segmented.loss as loss
+
+loss.LOGITS_CHUNK_ELEMENTS, marker = int(sys.argv.pop(1)), sys.argv.pop(1)
+whole = loss.chunked_causal_lm_loss
+
+def spy(*args, **kwargs):
+    with open(marker, "a") as fh:
+        fh.write(f"{args[3]}\\n")
+    return whole(*args, **kwargs)
+
+loss.chunked_causal_lm_loss = spy
+runpy.run_module("lengthx.cli.train", run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_with_a_chunked_loss_match_one_whole(models, corpus, tmp_path):
+    """``accelerate launch --num_processes 2`` (DDP, gloo on CPU) with the loss chunked: the output embedding used
+    outside the wrapped forward still gets its gradient reduced, so the curve is one process's whole-loss curve."""
+    accelerate = Path(sys.executable).with_name("accelerate")
+    common = {"train.max_steps": 3, "train.grad_accum": 2, "hydra.run.dir": tmp_path / "hydra"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    (tmp_path / "launch.py").write_text(LAUNCHER)
+    vocab = json.loads((Path(models["gpt2"]) / "config.json").read_text())["vocab_size"]
+    marker = tmp_path / "chunks.txt"
+    cmd = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no", str(tmp_path / "launch.py"), str(vocab * 5),
+           str(marker), *overrides(models, corpus, tmp_path, out="ddp", **common, **{"train.batch_size": 1})]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert marker.read_text().split() == ["5"] * (2 * 3 * 2)  # 2 processes x 3 steps x 2 micro-batches
+    single = train(compose_train_config(overrides(models, corpus, tmp_path, out="one", **common)))
+    ddp = read_curve(tmp_path / "ddp")
+    assert [r["step"] for r in ddp] == [1, 2, 3]
+    assert all(abs(a["loss"] - b["loss"]) < 1e-4 for a, b in zip(ddp, single.curve, strict=True))
+    wa, wb = load_file(single.final_dir / "model.safetensors"), load_file(tmp_path / "ddp/final/model.safetensors")
     for k in wa:
         torch.testing.assert_close(wb[k], wa[k], rtol=1e-4, atol=1e-5, msg=k)
