@@ -9,7 +9,7 @@
 #   PHASE=2 (the same warm machine, right after): the cells the first call's budget skipped (--resume from
 #           .cells-work/gpu-cells.json, which a warm machine keeps), then, with LOOKUP_SECONDS, the lookup study.
 # LOOKUP_SECONDS (default 0): in PHASE 1 the lookup study's variants train (scripts/gpu_runs/gpu_lookup.sh, from
-# .device-carry/lookup/) for that long while the tests compile, and stop before anything is timed; in PHASE 2
+# .device-carry/lookup/) at most that long while the tests compile, and stop when they end; in PHASE 2
 # they go on (a warm machine keeps their state) with the time the cells leave.
 # SECONDS_TOTAL is the call's wall time to keep to (the run's timeout_s less a margin). Everything comes back
 # through $OUT: the reports (.md and .json), logs.tar.gz and lookup.tar.gz.part-*. Needs the wheels of `make gpu-wheels`
@@ -47,11 +47,14 @@ if [ "$PHASE" = 1 ]; then
   python3 -c "import torch, transformers, triton; print('torch', torch.__version__, 'transformers', \
 transformers.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" 2>&1 | tee $R/versions.txt
   lookup "$LOOKUP"
-  timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_triton_stats.py >$R/pytest-triton.log 2>&1
+  timeout 200 python3 -m pytest -q -p no:cacheprovider -n 4 tests/test_triton_stats.py >$R/pytest-triton.log 2>&1
   timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_efficient_attention.py -k "cuda or blocks" \
     >$R/pytest-cuda.log 2>&1
   tail -n 3 $R/pytest-triton.log $R/pytest-cuda.log
-  if [ -n "${LOOKUP_PID:-}" ]; then echo "[$(( $(date +%s) - T0 )) s] waiting for the lookup study"; wait $LOOKUP_PID; fi
+  if [ -n "${LOOKUP_PID:-}" ]; then  # stopped now (each run saves at its step boundary), before anything is timed
+    echo "[$(( $(date +%s) - T0 )) s] stopping the lookup study"
+    pkill -TERM -f "^python3 -m lengthx.cli train-mini"; wait $LOOKUP_PID  # the trainers, not their timeout: one signal
+  fi
   tail -n 4 $R/lookup-call.log 2>/dev/null
   echo "[$(( $(date +%s) - T0 )) s] bench_gpu items 1-2"
   timeout 200 python3 scripts/bench/gpu/bench_gpu.py --items 1 2 --lengths 8192 15360 --budget-s 185 --out "$OUT/gpu.md" \

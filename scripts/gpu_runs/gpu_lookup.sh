@@ -45,7 +45,7 @@ for v in $VARIANTS; do
     save_every_minutes=1 out="$W/train/$v" snapshots_to="$W/snapshots/$v" >>"$W/logs/$v.log" 2>&1 &
 done
 while [ -n "$(jobs -r)" ]; do
-  sleep "$PACK"
+  for _ in $(seq "$PACK"); do sleep 1; [ -z "$(jobs -r)" ] && break; done  # a stopped run ends the wait
   pack
   echo "[$(( $(date +%s) - T0 )) s] $(for v in $VARIANTS; do grep -o '^\[[0-9:]*\] step [0-9]*' "$W/logs/$v.log" | tail -n 1 | sed "s/^/$v: /"; done | tr '\n' ' ')"
 done
