@@ -25,7 +25,7 @@ W=$PWD/.cells-work
 mkdir -p "$OUT" $R $W
 T0=$(date +%s)
 left() { echo $(( END - ($(date +%s) - T0) )); }
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 finish() {
   cp $W/gpu-cells.md $W/gpu-cells.json "$OUT"/ 2>/dev/null
