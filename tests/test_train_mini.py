@@ -9,6 +9,7 @@ import os
 import queue
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -205,3 +206,25 @@ def test_every_recipe_is_tested_by_a_run():
     """A run of each recipe (the lookup variants but P: their composition above, on the run of ``lookup``)."""
     assert set(_recipes()) == {"first_of_k", "t5_lm", "decoders", "retrieval_study", "lookup",
                                *(f"lookup_{v}" for v in LOOKUP_VARIANTS)}
+
+
+@pytest.mark.slow
+def test_a_run_saved_on_another_device_resumes_with_a_fresh_data_stream(tmp_path, as_a_process):
+    """A lookup run stopped on one device and resumed on another (the GPU calls of docs/gpu.md): the saved data
+    generator's state does not fit this device's (a CUDA generator keeps 16 bytes, a CPU one 5,056), so the run
+    says so, draws from a seed of (seed, step) and trains to its end instead of stopping on the RNG state; the
+    same rerun twice gives the same weights."""
+    tiny = ["init_from=null"]
+    _run(as_a_process, "lookup", tmp_path / "cli", "stop_step=2", *tiny)
+    state = torch.load(tmp_path / "cli" / "state.pt", weights_only=False)
+    assert state["generator"].numel() != 16
+    state["generator"] = torch.zeros(16, dtype=torch.uint8)  # a CUDA generator's state: seed and offset
+    torch.save(state, tmp_path / "cli" / "state.pt")
+    shutil.copytree(tmp_path / "cli", tmp_path / "again")
+    out = _run(as_a_process, "lookup", tmp_path / "cli", *tiny)
+    assert "the saved data generator is another device's (16 bytes of state" in out
+    assert "from seed 1 at step 2" in out
+    assert (tmp_path / "cli" / "export" / "README.md").is_file()
+    _run(as_a_process, "lookup", tmp_path / "again", *tiny)
+    a, b = _weights(tmp_path / "cli" / "export"), _weights(tmp_path / "again" / "export")
+    assert all(torch.equal(a[k], b[k]) for k in a)

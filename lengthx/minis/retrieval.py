@@ -97,6 +97,22 @@ def lr_at(step: int, progress: float, args: argparse.Namespace) -> float:
     return args.lr * warm * tail
 
 
+def restore_generator(gen: torch.Generator, saved: torch.Tensor, seed: int, step: int) -> bool:
+    """Set the data generator ``gen`` to its saved state; True when it continues the saved stream.
+
+    A state saved by another device's generator (a CPU run resumed on CUDA, or back: docs/gpu.md, "The lookup
+    study on a GPU") does not fit this one, and the two devices' streams differ anyway: the generator is then
+    seeded from (``seed``, ``step``), so the resumed run draws fresh examples, the same ones on every rerun of it,
+    and the log says so. Returns False then."""
+    if saved.numel() == gen.get_state().numel():
+        gen.set_state(saved)
+        return True
+    gen.manual_seed(seed * 1_000_003 + step)
+    log(f"the saved data generator is another device's ({saved.numel()} bytes of state, this {gen.device.type} "
+        f"one's {gen.get_state().numel()}): examples from here on are drawn from seed {seed} at step {step}")
+    return False
+
+
 class RetrievalRecipe:
     """mini-t5 on :class:`lengthx.minis.loop.TrainingLoop`: the mixture, the curriculum, the curve, snapshots."""
 
@@ -145,7 +161,7 @@ class RetrievalRecipe:
             self.curriculum.load_state_dict(saved["curriculum"])
         except ValueError as e:
             raise SystemExit(f"{self.args.out}: {e}") from None
-        self.gen.set_state(saved["generator"])
+        restore_generator(self.gen, saved["generator"], self.args.seed, int((saved.get("state") or {}).get("step", 0)))
 
     def after_step(self, loop: TrainingLoop) -> None:
         args, state, w = self.args, loop.state, self.window
