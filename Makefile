@@ -82,13 +82,15 @@ bench: install
 
 # Pure-Python packages a bare GPU machine may lack (docs/gpu.md), as wheels in .whl/ (git-ignored): the configs' and
 # tasks' packages, transformers at this venv's version, and datasets with what the machine's image lacks of it
-# (paper B's training in scripts/bench/gpu/bench_gpu_cells.py); multiprocess is built per Python version, the machine's 3.12
+# (paper B's training in scripts/bench/gpu/bench_gpu_cells.py); multiprocess, and code completion's rapidfuzz and
+# tree-sitter (with its Python grammar), are built per Python version: the machine's 3.12
 VERSION = $$($(BIN)/python -c "import importlib.metadata as m; print(m.version('$(1)'))")
 gpu-wheels: install
 	$(BIN)/python -m pip wheel -q --no-deps -w .whl wonderwords==3.0.1 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3 \
 		hydra-core==1.3.8 $(foreach p,transformers datasets dill fsspec,$(p)==$(call VERSION,$(p)))
 	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-		--platform manylinux_2_17_x86_64 --platform any -d .whl multiprocess==$(call VERSION,multiprocess)
+		--platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 --platform any -d .whl \
+		$(foreach p,multiprocess rapidfuzz tree-sitter tree-sitter-python,$(p)==$(call VERSION,$(p)))
 
 # The carry of scripts/gpu_runs/gpu_study.sh (docs/gpu.md): SNAPSHOTS="seed0/step-00300 ..." of STUDY_DIR/snapshots, the
 # tokenizer most of them share once (a snapshot with another keeps its own); STORES=1 adds their results stores to

@@ -27,6 +27,7 @@ from lengthx.models.families import get_family
 TOL = 1e-5  # fp32 against fp64: what the CPU's fused kernel is held to (tests/test_fused_stats.py)
 TAUS = (1.0, 0.85, 0.7, 0.5)
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+INTERPRETING = DEVICE.type == "cpu"  # the kernel's tests run here only under TRITON_INTERPRET=1
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +108,9 @@ def test_row_stride_keeps_every_sth_row_of_the_same_pass(kernel):
 
 def test_tiles_in_one_bucket_take_one_bias(kernel):
     """T5's buckets: tiles whose offsets share one table entry add it once instead of gathering it per score
-    (``run_ends``); the result is the gathering pass's, bit for bit, and the explicit softmax's to 1e-5."""
+    (``run_ends``); the result is the gathering pass's to fp32 rounding (a GPU's compiler may fuse the bias's
+    multiply-add differently in the two branches; the interpreter gives the same bits) and the explicit
+    softmax's to 1e-5."""
     q, k, v, table, keep = _inputs(buckets=True)
     ends = kernel.run_ends(table)
     brute = [max(y for y in range(x, table.shape[1]) if torch.equal(table[:, x:y + 1], table[:, x:x + 1].expand(-1,
@@ -115,7 +118,8 @@ def test_tiles_in_one_bucket_take_one_bias(kernel):
     assert ends.tolist() == brute and ends[0] >= 69 - 17  # offsets −69 … −17 are one run (bucket of ≤ −16)
     one = kernel.attention_stats(q, k, v, table, 1 / 0.7, 1 / 0.7, keep, 1)
     gathered = kernel.attention_stats(q, k, v, table, 1 / 0.7, 1 / 0.7, keep, 1, runs=False)
-    assert all(torch.equal(a, b) for a, b in zip(one, gathered, strict=True))
+    for a, b in zip(one, gathered, strict=True):
+        assert torch.equal(a, b) if INTERPRETING else torch.allclose(a, b, rtol=1e-6, atol=1e-7), (a - b).abs().max()
     assert max(_errors(kernel, (q, k, v, table, keep), 0.7)) <= TOL
 
 
@@ -183,6 +187,9 @@ def test_auto_is_the_pass_on_cuda(kernel, monkeypatch):  # pragma: no cover - ne
     """With no option (``attention.stats_backend=auto``) a CUDA encoder's statistics come from the kernel, once
     per layer, equal to the explicit blocks' (``blocks``) to 1e-5."""
     ids, mask, _ = _batch(48, padded=True, size=2)
+    device = torch.zeros(1, device=DEVICE).device  # cuda:N, as the model's tensors name it
+    assert stats_backend.use_triton("auto", device)  # the self-check, once, before the kernel's calls are counted
+    assert stats_backend.describe(torch.device("cuda")).startswith("the Triton pass on cuda:")
     calls = []
     real = kernel.attention_stats
     monkeypatch.setattr(kernel, "attention_stats", lambda *a, **kw: calls.append(1) or real(*a, **kw))

@@ -72,7 +72,7 @@ def use_triton(stats_backend: str, device: torch.device,
         return True
     if stats_backend != "auto" or device.type != "cuda":
         return False
-    key = str(device)
+    key = _key(device)
     if key not in _checked:
         _checked[key] = check(device)
         if _checked[key] is not None:
@@ -81,3 +81,23 @@ def use_triton(stats_backend: str, device: torch.device,
                           "slower. Fix: pip install 'lengthx[gpu]' (triton), or attention.stats_backend=blocks to "
                           "ask for the blocks", RuntimeWarning, stacklevel=2)
     return _checked[key] is None
+
+
+def _key(device: torch.device) -> str:
+    """``cuda:N`` for a CUDA device (``cuda`` alone is the current one), so that a model's tensors and a
+    ``torch.device("cuda")`` name one check."""
+    if device.type == "cuda" and device.index is None:
+        return f"cuda:{torch.cuda.current_device()}"
+    return str(device)
+
+
+def describe(device: torch.device) -> str:
+    """What ``auto`` computed statistics with on ``device`` in this process, in words (for reports)."""
+    if device.type != "cuda":
+        return "the CPU's paths (fused kernel or tiles)" if device.type == "cpu" else "the explicit blocks"
+    key = _key(device)
+    if key not in _checked:
+        return f"not used on {key} in this run"
+    reason = _checked[key]
+    return (f"the Triton pass on {key} (its self-check passed)" if reason is None
+            else f"the explicit blocks on {key} ({reason})")

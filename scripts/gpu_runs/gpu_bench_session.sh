@@ -47,10 +47,12 @@ if [ "$PHASE" = 1 ]; then
   python3 -c "import torch, transformers, triton; print('torch', torch.__version__, 'transformers', \
 transformers.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" 2>&1 | tee $R/versions.txt
   lookup "$LOOKUP"
-  timeout 200 python3 -m pytest -q -p no:cacheprovider -n 4 tests/test_triton_stats.py >$R/pytest-triton.log 2>&1
+  # -o addopts= : the project's -q would hide the per-test lines that name a failure when the file is cut short
+  timeout 200 python3 -m pytest -o addopts= -v -rf --tb=short -p no:cacheprovider -n 12 tests/test_triton_stats.py \
+    >$R/pytest-triton.log 2>&1
   timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_efficient_attention.py -k "cuda or blocks" \
     >$R/pytest-cuda.log 2>&1
-  tail -n 3 $R/pytest-triton.log $R/pytest-cuda.log
+  grep -E "PASSED|FAILED|ERROR" $R/pytest-triton.log | sed 's/.*\] //' | cut -c1-160; tail -n 2 $R/pytest-cuda.log
   if [ -n "${LOOKUP_PID:-}" ]; then  # stopped now (each run saves at its step boundary), before anything is timed
     echo "[$(( $(date +%s) - T0 )) s] stopping the lookup study"
     pkill -TERM -f "^python3 -m lengthx.cli train-mini"; wait $LOOKUP_PID  # the trainers, not their timeout: one signal

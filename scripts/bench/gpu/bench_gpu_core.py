@@ -49,17 +49,6 @@ def timed(device: torch.device, fn: Callable[[], Any]) -> tuple[float, Any]:
     return start.elapsed_time(end) / 1000, res
 
 
-def stats_auto(device: torch.device) -> str:
-    """What ``attention.stats_backend=auto`` computed statistics with on ``device`` in this run (the self-check's
-    verdict, :mod:`lengthx.attention.stats_backend`)."""
-    if device.type != "cuda":
-        return "the CPU's paths (fused kernel or tiles)"
-    if str(device) not in stats_backend._checked:
-        return "not used in this run"
-    reason = stats_backend._checked[str(device)]
-    return "the Triton pass (its self-check passed)" if reason is None else f"the explicit blocks ({reason})"
-
-
 class BudgetExceeded(Exception):
     """A slow cell ran into the end of the time budget."""
 
@@ -136,7 +125,7 @@ class BenchCore:
         return [c for c in self.cells if c["item"] == item and all(c.get(k) == v for k, v in match.items())]
 
     def save(self) -> None:
-        self.meta["stats_auto"] = stats_auto(self.device)
+        self.meta["stats_auto"] = stats_backend.describe(self.device)
         out = Path(self.args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".json").write_text(json.dumps({"meta": self.meta, "cells": self.cells,
