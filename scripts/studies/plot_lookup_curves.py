@@ -29,7 +29,8 @@ HELD = ("lines-n2", "lines-n6", "lines-n12", "passkey", "topics")
 # the figure so that a dip there is not read as the model's
 EVENTS = {"warm": ((4_000, "resumed from resume.pt"),),
           "pieces": ((6_136, "one-piece words fixed"), (11_705, "resumed from resume.pt")),
-          "scratch": ((1_605, "resumed from resume.pt"),)}
+          "scratch": ((1_605, "resumed from resume.pt"), (19_538, "resumed from resume.pt")),
+          "pieces_more": ((10_355, "resumed from resume.pt"),)}
 
 
 def read(train_dir: Path) -> dict[str, list[dict]]:
