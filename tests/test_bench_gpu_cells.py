@@ -143,25 +143,35 @@ def test_resume_keeps_what_an_earlier_run_measured_and_reruns_what_it_skipped(tm
         cells_bench.main(argv)
 
 
+_META = {"date": "d", "torch": "t", "transformers": "x", "smoke": False, "budget_s": 10.0}
+
+
+def _cell(model, status, **result):
+    """One paper-A cell of a report's JSON with the given result."""
+    return {"model": model, "paper": "A", "task": "lines", "length": 100, "new_tokens": 0, "algorithm1": False,
+            "result": {"status": status, **result}}
+
+
+def _merged(tmp_path, reports: dict) -> tuple[list, object, dict]:
+    """The reports written under their names, merged with ``--merge`` (exit 0): (paths, report, merged JSON)."""
+    paths = [tmp_path / name for name in reports]
+    for path, data in zip(paths, reports.values(), strict=True):
+        path.write_text(json.dumps(data))
+    out = tmp_path / "merged.md"
+    assert cells_bench.main(["--merge", *map(str, paths), "--out", str(out)]) == 0
+    return paths, out, json.loads(out.with_suffix(".json").read_text())
+
+
 def test_merge_joins_calls_keeping_each_cells_last_measured_result(tmp_path):
     """A session's calls as one report (``--merge``): a later measurement replaces an earlier one, a later budget
     skip does not, cells only a later call lists are added, and the estimate's passes come from the merged cells."""
-    def cell(model, status, **result):
-        return {"model": model, "paper": "A", "task": "lines", "length": 100, "new_tokens": 0, "algorithm1": False,
-                "result": {"status": status, **result}}
-
-    meta = {"date": "d", "torch": "t", "transformers": "x", "smoke": False, "budget_s": 10.0}
+    cell, meta = _cell, _META
     base = {"device": "GPU", "measured_by": "scripts/bench/gpu/bench_gpu_cells.py", "how": {"encoder": "e"}, "passes": {}}
     first = {**base, "meta": meta, "cells": [cell("flan-t5-xxl", "ok", encoder_s=2.0, decoder_step_s=0.0),
                                            cell("flan-t5-xl", "skipped: budget")]}
     second = {**base, "meta": {**meta, "budget_s": 5.0}, "cells": [
         cell("flan-t5-xxl", "skipped: budget"), cell("flan-t5-xl", "ok", encoder_s=1.0), cell("gpt2", "skipped: budget")]}
-    paths = [tmp_path / "call1.json", tmp_path / "call2.json"]
-    for path, data in zip(paths, (first, second), strict=True):
-        path.write_text(json.dumps(data))
-    out = tmp_path / "merged.md"
-    assert cells_bench.main(["--merge", *map(str, paths), "--out", str(out)]) == 0
-    merged = json.loads(out.with_suffix(".json").read_text())
+    paths, out, merged = _merged(tmp_path, {"call1.json": first, "call2.json": second})
     assert [(c["model"], c["result"]["status"]) for c in merged["cells"]] == [
         ("flan-t5-xxl", "ok"), ("flan-t5-xl", "ok"), ("gpt2", "skipped: budget")]
     assert merged["passes"]["encoder"] == {"xxl": {"100": 2.0}, "xl": {"100": 1.0}}
@@ -178,19 +188,13 @@ def test_merge_of_two_gpus_names_each_cells_device(tmp_path):
     """Calls on two GPUs (one session's H100, a later one's H200) merge into one report in which every measured
     cell names the device that measured it, in the JSON and in its table row; a skipped cell names none."""
     def cell(model, status):
-        return {"model": model, "paper": "A", "task": "lines", "length": 100, "new_tokens": 0, "algorithm1": False,
-                "result": {"status": status, "fits": status == "ok", "per_example_s": 1.0}}
+        return _cell(model, status, fits=status == "ok", per_example_s=1.0)
 
-    meta = {"date": "d", "torch": "t", "transformers": "x", "smoke": False, "budget_s": 10.0}
+    meta = _META
     h100 = {"device": "NVIDIA H100 80GB HBM3 (bench_gpu_cells)", "passes": {}, "meta": meta,
             "cells": [cell("flan-t5-xxl", "ok"), cell("flan-t5-xl", "skipped: budget"), cell("gpt2", "skipped: budget")]}
     h200 = {"device": "NVIDIA H200 (bench_gpu_cells)", "passes": {}, "meta": meta, "cells": [cell("flan-t5-xl", "ok")]}
-    paths = [tmp_path / "h100.json", tmp_path / "h200.json"]
-    for path, data in zip(paths, (h100, h200), strict=True):
-        path.write_text(json.dumps(data))
-    out = tmp_path / "merged.md"
-    assert cells_bench.main(["--merge", *map(str, paths), "--out", str(out)]) == 0
-    merged = json.loads(out.with_suffix(".json").read_text())
+    _, out, merged = _merged(tmp_path, {"h100.json": h100, "h200.json": h200})
     assert [c["result"].get("device") for c in merged["cells"]] == [h100["device"], h200["device"], h100["device"]]
     rows = {line.split(" | ")[0].strip("| "): line for line in out.read_text().splitlines() if line.startswith("| ")}
     assert rows["flan-t5-xxl"].endswith("| NVIDIA H100 80GB HBM3 |")

@@ -236,18 +236,12 @@ def render(results: list[dict], args: argparse.Namespace, cuda: bool) -> str:
     key_peak, key_base = ("cuda_peak", "cuda_base") if cuda else ("rss_peak", "rss_base")
     verdicts = []
     for family in args.families:
-        rows = [r for r in results if r["family"] == family]
-        plain = next((r for r in rows if r["variant"] == "plain" and "error" not in r), None)
+        rows, plain = _family(results, family, "plain")
         for r in rows:
             if "error" in r:
                 lines.append(f"| {family} | {r['variant']} | | | {r['error']} | | | | |")
                 continue
-            peak, inc = r[key_peak], r[key_peak] - r[key_base]
-            if plain is not None:
-                p_peak, p_inc = plain[key_peak], plain[key_peak] - plain[key_base]
-                ratio, ratio_inc = f"{peak / p_peak:.2f}x", f"{inc / max(p_inc, 1):.2f}x"
-            else:
-                ratio = ratio_inc = "n/a"
+            peak, inc, ratio, ratio_inc = _against(r, plain, key_peak, key_base)
             lines.append(f"| {family} | {r['variant']} | {r['train_len']} | {r['max_position']} | {_mib(peak)} | "
                          f"{ratio} | {_mib(inc)} | {ratio_inc} | {r['step_s']:.2f} |")
         if plain is not None:
@@ -265,20 +259,30 @@ def render_loss(results: list[dict], args: argparse.Namespace, cuda: bool) -> st
              "| family | loss | peak MiB | ratio | increment MiB | ratio | s/step | final loss |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for family in args.loss_families:
-        rows = [r for r in results if r["family"] == family]
-        whole = next((r for r in rows if r["variant"] == "loss-whole" and "error" not in r), None)
+        rows, whole = _family(results, family, "loss-whole")
         for r in rows:
             if "error" in r:
                 lines.append(f"| {family} | {r['variant']} | {r['error']} | | | | | |")
                 continue
-            peak, inc = r[key_peak], r[key_peak] - r[key_base]
-            ratio = ratio_inc = "n/a"
-            if whole is not None:
-                ratio = f"{peak / whole[key_peak]:.2f}x"
-                ratio_inc = f"{inc / max(whole[key_peak] - whole[key_base], 1):.2f}x"
+            peak, inc, ratio, ratio_inc = _against(r, whole, key_peak, key_base)
             lines.append(f"| {family} | {r['variant'][5:]} | {_mib(peak)} | {ratio} | {_mib(inc)} | {ratio_inc} | "
                          f"{r['step_s']:.2f} | {r['loss']:.6f} |")
     return "\n".join(lines) + "\n"
+
+
+def _family(results: list[dict], family: str, base_variant: str) -> tuple[list[dict], dict | None]:
+    """A family's rows and its measured row of ``base_variant`` (None when it failed or is missing)."""
+    rows = [r for r in results if r["family"] == family]
+    return rows, next((r for r in rows if r["variant"] == base_variant and "error" not in r), None)
+
+
+def _against(r: dict, base: dict | None, key_peak: str, key_base: str) -> tuple[float, float, str, str]:
+    """A row's peak and increment, and each as a ratio to ``base``'s ("n/a" without one)."""
+    peak, inc = r[key_peak], r[key_peak] - r[key_base]
+    if base is None:
+        return peak, inc, "n/a", "n/a"
+    return (peak, inc, f"{peak / base[key_peak]:.2f}x",
+            f"{inc / max(base[key_peak] - base[key_base], 1):.2f}x")
 
 
 def _verdict(family: str, rows: list[dict], plain: dict, key_peak: str, key_base: str) -> str:
