@@ -201,7 +201,8 @@ class RelativeBiasTable:
         ``triton`` (``attention.stats_backend=triton``, or ``auto`` on CUDA when the kernel passed its
         self-check: :func:`~lengthx.attention.stats_backend.use_triton`): statistics without the logit capture,
         no dropout, no gradients, self-attention with no mask or a padding mask, on CUDA (asked for by name
-        elsewhere: a ValueError naming the fix); calls outside these take the explicit path. ``fused`` (:mod:`lengthx.attention.fused`): the same on the CPU in fp32 with keys that form
+        elsewhere: a ValueError naming the fix); calls outside these take the explicit path. ``fused``
+        (:mod:`lengthx.attention.fused`): the same on the CPU in fp32 with keys that form
         one contiguous range per example."""
         stats, query = call.stats, call.query
         if stats is None or stats.wants_logits(call.module):
