@@ -11,6 +11,7 @@
 # LOOKUP_SECONDS (default 0): in PHASE 1 the lookup study's variants train (scripts/gpu_runs/gpu_lookup.sh, from
 # .device-carry/lookup/) at most that long while the tests compile, and stop when they end; in PHASE 2
 # they go on (a warm machine keeps their state) with the time the cells leave.
+# BENCH=0 leaves bench_gpu.py out of PHASE 1 (its report already committed).
 # SECONDS_TOTAL is the call's wall time to keep to (the run's timeout_s less a margin). Everything comes back
 # through $OUT: the reports (.md and .json), logs.tar.gz and lookup.tar.gz.part-*. Needs the wheels of `make gpu-wheels`
 # in .whl/.
@@ -58,10 +59,13 @@ transformers.__version__, 'triton', triton.__version__, torch.cuda.get_device_na
     pkill -TERM -f "^python3 -m lengthx.cli train-mini"; wait $LOOKUP_PID  # the trainers, not their timeout: one signal
   fi
   tail -n 4 $R/lookup-call.log 2>/dev/null
-  echo "[$(( $(date +%s) - T0 )) s] bench_gpu items 1-2"
-  timeout 200 python3 scripts/bench/gpu/bench_gpu.py --items 1 2 --lengths 8192 15360 --budget-s 185 --out "$OUT/gpu.md" \
-    --variants stock-sdpa lengthx-sdpa lengthx+stats lengthx+triton "lengthx+stats[blocks]" >$R/bench.log 2>&1
-  grep -E "PASS|FAIL|stats_backend=auto" "$OUT/gpu.md" | cut -c1-300 | head -n 12
+  if [ "${BENCH:-1}" = 1 ]; then
+    echo "[$(( $(date +%s) - T0 )) s] bench_gpu items 1-2"
+    timeout 200 python3 scripts/bench/gpu/bench_gpu.py --items 1 2 --lengths 8192 15360 --budget-s 185 \
+      --out "$OUT/gpu.md" --variants stock-sdpa lengthx-sdpa lengthx+stats lengthx+triton "lengthx+stats[blocks]" \
+      >$R/bench.log 2>&1
+    grep -E "PASS|FAIL|stats_backend=auto" "$OUT/gpu.md" | cut -c1-300 | head -n 12
+  fi
   echo "[$(( $(date +%s) - T0 )) s] cells, $(left) s left"
   timeout $(( $(left) + 5 )) python3 scripts/bench/gpu/bench_gpu_cells.py --budget-s $(( $(left) - 10 )) --reserve-s 30 \
     --out $W/gpu-cells.md --work $W ${ONLY:+--only $ONLY} >$R/cells.log 2>&1
