@@ -137,9 +137,9 @@ def test_bf16_inputs_keep_fp32_statistics(kernel):
     assert out <= 2 * 2**-8 * v.abs().max().item(), out
 
 
-def test_the_check_fails_on_a_wrong_accumulator(kernel, tmp_path):
-    """The same comparison, run on a copy of the kernel whose W forgets the shift when the running maximum rises
-    (W′ = αW + …, not α(W + (m − m′)Z) + …), fails on the entropy alone."""
+def _mutant(kernel, tmp_path):
+    """A copy of the kernel's module whose W forgets the shift when the running maximum rises
+    (W′ = αW + …, not α(W + (m − m′)Z) + …)."""
     source = Path(kernel.__file__).read_text()
     right = "w_i = alpha * (w_i + (m_i - m_new) * z_i) + tl.sum(e * t, 1)"
     assert source.count(right) == 1
@@ -148,7 +148,13 @@ def test_the_check_fails_on_a_wrong_accumulator(kernel, tmp_path):
     spec = importlib.util.spec_from_file_location("triton_stats_mutant", path)
     mutant = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mutant)
-    out, pmax, entropy = _errors(mutant, _inputs(), 0.7)
+    return mutant
+
+
+def test_the_check_fails_on_a_wrong_accumulator(kernel, tmp_path):
+    """The same comparison, run on a copy of the kernel whose W forgets the shift when the running maximum rises
+    (:func:`_mutant`), fails on the entropy alone."""
+    out, pmax, entropy = _errors(_mutant(kernel, tmp_path), _inputs(), 0.7)
     assert out <= TOL and pmax <= TOL
     assert entropy > 100 * TOL
 
@@ -205,13 +211,7 @@ def test_the_self_check_passes_and_catches_a_wrong_kernel(kernel, tmp_path, monk
     """``auto``'s self-check on this device: the kernel passes; the mutant whose W forgets the shift (above)
     fails it on the entropy, so ``auto`` would fall back to the blocks."""
     assert stats_backend.self_check(DEVICE) is None
-    source = Path(kernel.__file__).read_text()
-    path = tmp_path / "triton_stats_mutant2.py"
-    path.write_text(source.replace("w_i = alpha * (w_i + (m_i - m_new) * z_i) + tl.sum(e * t, 1)",
-                                   "w_i = alpha * w_i + tl.sum(e * t, 1)"))
-    spec = importlib.util.spec_from_file_location("triton_stats_mutant2", path)
-    mutant = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mutant)
+    mutant = _mutant(kernel, tmp_path)
     monkeypatch.setattr(lengthx.attention, "triton_stats", mutant)
     monkeypatch.setitem(sys.modules, "lengthx.attention.triton_stats", mutant)
     reason = stats_backend.self_check(DEVICE)

@@ -136,7 +136,7 @@ class TrainingLoop:
         _atomic_save({"model": self.model.state_dict(), "opt": self.optimizer.state_dict(), **parts}, self.checkpoint)
         if self.box.portable:
             _atomic_save({"model": _half(self.model.state_dict()), **parts}, self.portable)
-        _atomic_write(json.dumps(self.state["curve"], indent=1), self.out / "curve.json")
+        _atomic_save(json.dumps(self.state["curve"], indent=1), self.out / "curve.json")
         self._last_save = self._tick = time.time()
 
     @contextmanager
@@ -204,13 +204,12 @@ def _half(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: copies[same(v)] for k, v in weights.items()}
 
 
-def _atomic_save(obj: dict[str, Any], path: Path) -> None:
+def _atomic_save(obj: dict[str, Any] | str, path: Path) -> None:
+    """``obj`` (a state for ``torch.save``, or text) written to ``path.tmp`` and renamed over ``path``."""
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
+    if isinstance(obj, str):
+        tmp.write_text(obj)
+    else:
+        torch.save(obj, tmp)
     os.replace(tmp, path)
 
-
-def _atomic_write(text: str, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)

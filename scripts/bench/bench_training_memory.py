@@ -39,6 +39,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -189,6 +190,20 @@ def _child(family: str, variant: str, args: argparse.Namespace) -> dict:
 # ---- parent: run every cell in its own process, write the table ------------------------------------------
 
 
+def _run_all(families: list[str], variants: tuple[str, ...] | list[str], argv: list[str], timeout: float
+             ) -> list[dict]:
+    """One child per (family, variant), in order, each reported on stderr as it ends; their results."""
+    results = []
+    for family in families:
+        for variant in variants:
+            t0 = time.perf_counter()
+            r = _run_child(family, variant, argv, timeout)
+            results.append(r)
+            status = r.get("error") or f"peak {_mib(r.get('cuda_peak', r['rss_peak']))} MiB"
+            print(f"[{family} {variant}] {status} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    return results
+
+
 def _run_child(family: str, variant: str, argv: list[str], timeout: float) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", f"{family}:{variant}", *argv]
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
@@ -237,13 +252,10 @@ def render(results: list[dict], args: argparse.Namespace, cuda: bool) -> str:
     verdicts = []
     for family in args.families:
         rows, plain = _family(results, family, "plain")
-        for r in rows:
-            if "error" in r:
-                lines.append(f"| {family} | {r['variant']} | | | {r['error']} | | | | |")
-                continue
-            peak, inc, ratio, ratio_inc = _against(r, plain, key_peak, key_base)
-            lines.append(f"| {family} | {r['variant']} | {r['train_len']} | {r['max_position']} | {_mib(peak)} | "
-                         f"{ratio} | {_mib(inc)} | {ratio_inc} | {r['step_s']:.2f} |")
+        lines += _rows(rows, plain, key_peak, key_base, lambda r, peak, inc, ratio, ratio_inc: (
+            f"| {r['family']} | {r['variant']} | {r['train_len']} | {r['max_position']} | {_mib(peak)} | "
+            f"{ratio} | {_mib(inc)} | {ratio_inc} | {r['step_s']:.2f} |"),
+            lambda r: f"| {r['family']} | {r['variant']} | | | {r['error']} | | | | |")
         if plain is not None:
             verdicts.append(_verdict(family, rows, plain, key_peak, key_base))
     lines += ["", "Target (chunk/prefix within 10% of plain L_t; full well above):", ""]
@@ -260,13 +272,10 @@ def render_loss(results: list[dict], args: argparse.Namespace, cuda: bool) -> st
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for family in args.loss_families:
         rows, whole = _family(results, family, "loss-whole")
-        for r in rows:
-            if "error" in r:
-                lines.append(f"| {family} | {r['variant']} | {r['error']} | | | | | |")
-                continue
-            peak, inc, ratio, ratio_inc = _against(r, whole, key_peak, key_base)
-            lines.append(f"| {family} | {r['variant'][5:]} | {_mib(peak)} | {ratio} | {_mib(inc)} | {ratio_inc} | "
-                         f"{r['step_s']:.2f} | {r['loss']:.6f} |")
+        lines += _rows(rows, whole, key_peak, key_base, lambda r, peak, inc, ratio, ratio_inc: (
+            f"| {r['family']} | {r['variant'][5:]} | {_mib(peak)} | {ratio} | {_mib(inc)} | {ratio_inc} | "
+            f"{r['step_s']:.2f} | {r['loss']:.6f} |"),
+            lambda r: f"| {r['family']} | {r['variant']} | {r['error']} | | | | | |")
     return "\n".join(lines) + "\n"
 
 
@@ -274,6 +283,13 @@ def _family(results: list[dict], family: str, base_variant: str) -> tuple[list[d
     """A family's rows and its measured row of ``base_variant`` (None when it failed or is missing)."""
     rows = [r for r in results if r["family"] == family]
     return rows, next((r for r in rows if r["variant"] == base_variant and "error" not in r), None)
+
+
+def _rows(rows: list[dict], base: dict | None, key_peak: str, key_base: str, measured: Callable[..., str],
+          failed: Callable[[dict], str]) -> list[str]:
+    """One table line per row: ``failed(row)`` for a row with an error, else ``measured(row, peak, increment,
+    peak ratio, increment ratio)`` against ``base``."""
+    return [failed(r) if "error" in r else measured(r, *_against(r, base, key_peak, key_base)) for r in rows]
 
 
 def _against(r: dict, base: dict | None, key_peak: str, key_base: str) -> tuple[float, float, str, str]:
@@ -340,28 +356,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(_child(family, variant, args)))
         return 0
 
-    forwarded = ["--d-model", str(args.d_model), "--layers", str(args.layers), "--l-t", str(args.l_t),
-                 "--vocab", str(args.vocab), "--batch", str(args.batch), "--steps", str(args.steps),
-                 "--attn", args.attn, "--threads", str(args.threads), "--device", args.device,
-                 "--loss-chunk", str(args.loss_chunk)]
-    results = []
-    for family in args.families:
-        for variant in VARIANTS:
-            t0 = time.perf_counter()
-            r = _run_child(family, variant, forwarded, args.timeout)
-            results.append(r)
-            status = r.get("error") or f"peak {_mib(r.get('cuda_peak', r['rss_peak']))} MiB"
-            print(f"[{family} {variant}] {status} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
-    loss_argv = [*forwarded[:forwarded.index("--vocab")], "--vocab", str(args.loss_vocab),
-                 *forwarded[forwarded.index("--vocab") + 2:]]
-    loss_results = []
-    for family in args.loss_families:
-        for variant in LOSS_VARIANTS:
-            t0 = time.perf_counter()
-            r = _run_child(family, variant, loss_argv, args.timeout)
-            loss_results.append(r)
-            status = r.get("error") or f"peak {_mib(r.get('cuda_peak', r['rss_peak']))} MiB"
-            print(f"[{family} {variant}] {status} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    def forwarded(vocab: int) -> list[str]:
+        return ["--d-model", str(args.d_model), "--layers", str(args.layers), "--l-t", str(args.l_t),
+                "--vocab", str(vocab), "--batch", str(args.batch), "--steps", str(args.steps),
+                "--attn", args.attn, "--threads", str(args.threads), "--device", args.device,
+                "--loss-chunk", str(args.loss_chunk)]
+
+    results = _run_all(args.families, VARIANTS, forwarded(args.vocab), args.timeout)
+    loss_results = _run_all(args.loss_families, LOSS_VARIANTS, forwarded(args.loss_vocab), args.timeout)
     report = render(results, args, cuda=args.device.startswith("cuda"))
     if args.loss_families:
         report += render_loss(loss_results, args, cuda=args.device.startswith("cuda"))
