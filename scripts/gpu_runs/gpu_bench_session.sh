@@ -11,7 +11,8 @@
 # LOOKUP_SECONDS (default 0): in PHASE 1 the lookup study's variants train (scripts/gpu_runs/gpu_lookup.sh, from
 # .device-carry/lookup/) at most that long while the tests compile, and stop when they end; in PHASE 2
 # they go on (a warm machine keeps their state) with the time the cells leave.
-# BENCH=0 leaves bench_gpu.py out of PHASE 1 (its report already committed).
+# BENCH=0 leaves bench_gpu.py out of PHASE 1 (its report already committed). TRITON_TEST_SECONDS (default 200) bounds
+# the compiled Triton tests (each new shape autotunes: the whole file needs more than 200 s on an H200).
 # SECONDS_TOTAL is the call's wall time to keep to (the run's timeout_s less a margin). Everything comes back
 # through $OUT: the reports (.md and .json), logs.tar.gz and lookup.tar.gz.part-*. Needs the wheels of `make gpu-wheels`
 # in .whl/.
@@ -49,7 +50,7 @@ if [ "$PHASE" = 1 ]; then
 transformers.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" 2>&1 | tee $R/versions.txt
   lookup "$LOOKUP"
   # -o addopts= : the project's -q would hide the per-test lines that name a failure when the file is cut short
-  timeout 200 python3 -m pytest -o addopts= -v -rf --tb=short -p no:cacheprovider -n 12 tests/test_triton_stats.py \
+  timeout ${TRITON_TEST_SECONDS:-200} python3 -m pytest -o addopts= -v -rf --tb=short -p no:cacheprovider -n 12 tests/test_triton_stats.py \
     >$R/pytest-triton.log 2>&1
   timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_efficient_attention.py -k "cuda or blocks" \
     >$R/pytest-cuda.log 2>&1
