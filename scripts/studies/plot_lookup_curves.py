@@ -30,7 +30,9 @@ HELD = ("lines-n2", "lines-n6", "lines-n12", "passkey", "topics")
 EVENTS = {"warm": ((4_000, "resumed from resume.pt"),),
           "pieces": ((6_136, "one-piece words fixed"), (11_705, "resumed from resume.pt")),
           "scratch": ((1_605, "resumed from resume.pt"), (19_538, "resumed from resume.pt")),
-          "pieces_more": ((10_355, "resumed from resume.pt"),)}
+          "pieces_more": ((10_355, "resumed from resume.pt"), (14_525, "on a GPU from resume.pt"),
+                          (16_332, "on a GPU from resume.pt"), (19_593, "back on the CPU from resume.pt")),
+          "scratch_more": ((4_700, "on a GPU from resume.pt"), (6_918, "back on the CPU from resume.pt"))}
 
 
 def read(train_dir: Path) -> dict[str, list[dict]]:
