@@ -89,6 +89,7 @@ def test_the_curves_table_lists_every_500_steps_the_last_row_and_the_variants_ho
     assert list(curves) == ["warm"]
     text = plot.table(curves)
     assert "## warm: 1,500 steps, 1.2 thread-hours, stage 2" in text
+    assert "Stages (by the curve's rows): 1 from the first row, 2 from step 1,000." in text
     steps = [line.split(" | ")[0] for line in text.split("Every 500 steps:")[1].splitlines()
              if line.startswith("| ") and line[2].isdigit()]
     assert steps == ["| 500", "| 1000", "| 1500"]

@@ -140,6 +140,14 @@ def budget(rows: list[dict]) -> str:
     return f"not met: past {FLAT_AFTER:,} but not flat, {where}{shown} (±{FLAT_BAND} of their mean {centre:.2f})"
 
 
+def stage_starts(rows: list[dict]) -> str:
+    """Where each curriculum stage begins: the first curve row (every 100 steps) in it, so a stage passed at step
+    s shows by the next row's step."""
+    starts = [(stage(r), r["step"]) for i, r in enumerate(rows) if i == 0 or stage(r) != stage(rows[i - 1])]
+    return ", ".join(f"{name} from {'the first row' if i == 0 else f'step {step:,}'}"
+                     for i, (name, step) in enumerate(starts))
+
+
 def table(curves: dict[str, list[dict]]) -> str:
     """The numbers every 500 steps, one section per variant."""
     parts = ["# The lookup study's curves\n",
@@ -152,6 +160,7 @@ def table(curves: dict[str, list[dict]]) -> str:
         parts.append(f"\n## {name}: {last['step']:,} steps, {last['minutes'] / 60:.1f} thread-hours, stage "
                      f"{stage(last)}\n")
         parts.append(f"Budget: {budget(rows)}.\n")
+        parts.append(f"Stages (by the curve's rows): {stage_starts(rows)}.\n")
         parts.append("Two lines, teacher-forced EM by 1,000 steps:\n")
         parts.append("\n".join(block_means(rows)) + "\n")
         parts.append("Every 500 steps:\n")
