@@ -281,7 +281,9 @@ mini-t5-lookup-study: install
 # and where they attend on records of two lines (results/mini-t5-lookup/attention.md, each snapshot's shares kept in
 # results/mini-t5-lookup/shares/); P's turn at the end of its budget, W's end and every snapshot of P+ on 1,000
 # one-piece two-line records (results/mini-t5-lookup/late-rise.md); W's end and every snapshot of S and S+ on 1,000
-# two-line records of the benchmark's form (results/mini-t5-lookup/late-rise-benchmark.md).
+# two-line records of the benchmark's form (results/mini-t5-lookup/late-rise-benchmark.md); W's end, S's last three
+# snapshots and every one of S+ on records of exactly 2, 6 and 10 lines padded with filler to L_tr, the lines study's
+# records (results/mini-t5-lookup/filled.md, stores in results/mini-t5-lookup/filled/).
 LOOKUP_SNAPS := results/mini-t5-lookup/snapshots
 # $(call late_rise,SNAPSHOTS,FORM,OUT): 1,000 held-out two-line records of FORM per snapshot, answers kept
 late_rise = OMP_NUM_THREADS=1 $(BIN)/python scripts/studies/lookup_errors.py $(1) --counts 2 --n 1000 --forms $(2) \
@@ -296,6 +298,9 @@ mini-t5-lookup-report: install
 	$(call late_rise,$(LOOKUP_SNAPS)/warm/step-20000 $(sort $(wildcard $(LOOKUP_SNAPS)/scratch*/step-*)),benchmark,late-rise-benchmark.md)
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/studies/lookup_attention.py results/mini-t5-lookup/snapshots/*/step-* \
 		--n 100 --forms one-piece benchmark --out results/mini-t5-lookup/attention.md --cache results/mini-t5-lookup/shares
+	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/studies/lookup_filled.py $(LOOKUP_SNAPS)/warm/step-20000 \
+		$(foreach s,16000 18000 20000,$(LOOKUP_SNAPS)/scratch/step-$(s)) $(sort $(wildcard $(LOOKUP_SNAPS)/scratch_more/step-*)) \
+		--counts 2 6 10 --n 50 --out results/mini-t5-lookup/filled.md
 
 mini-t5-lm-study: install
 	$(LX) train-mini recipe=t5_lm out=runs/mini-t5-lm-h8 heads=8 steps=2000 snapshots=1000 export=runs/mini-t5-lm-h8/export

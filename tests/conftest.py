@@ -44,6 +44,19 @@ def load_script(relpath: str) -> ModuleType:
     return module
 
 
+def refused_before_work(argv: list[str], capsys, results_dir: Path) -> str:
+    """``lengthx`` with ``argv`` exits 2 with one line that names the fix, before any result is written; the
+    line."""
+    from lengthx.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "Fix:" in err, err
+    assert not (results_dir / "results.csv").exists()
+    return err
+
+
 def tiny_t5(attn: str = ATTN_NAME, seed: int = 0, **overrides) -> T5ForConditionalGeneration:
     """A 2-layer T5 with learned relative buckets, random weights, eval mode."""
     register()

@@ -217,3 +217,25 @@ def test_a_key_with_a_space_is_a_line_of_the_record(tok):
     prompt, target, keys = spaced_asked
     assert errors.ASKED.search(prompt).group(1) == target.split(" is ")[0]
     assert errors.classify(target, prompt, tok) == ("right", "asked key")
+
+
+def test_the_filled_table_runs_each_count_once_and_reads_it_back(tmp_path, capsys):
+    """A snapshot's K-line records padded to L_tr go through `lengthx run` into its variant's store; the table gives
+    each count's accuracy with its interval, and a second pass runs nothing again."""
+    import shutil
+
+    from lengthx import mini_path, read_results
+
+    filled = _script("lookup_filled")
+    snap = tmp_path / "snapshots" / "variant" / "step-00100"
+    shutil.copytree(mini_path("mini-t5"), snap)
+    store = tmp_path / "filled"
+    for _ in range(2):
+        for k in (1, 2):
+            filled.run(snap, k, 3, store / "variant")
+    rows = read_results(store / "variant", latest=False)
+    assert sorted(rows[rows["metric"] == "accuracy"]["setting"]) == ["256tokens-1lines", "256tokens-2lines"]
+    text = filled.table([snap], [1, 2, 6], store)
+    row = text.splitlines()[-1]
+    assert row.startswith("| variant/step-00100 | ") and row.endswith(" |  |")  # K = 6 never run: empty
+    assert row.count("% [") == 2

@@ -216,7 +216,7 @@ def validate_run_config(cfg: DictConfig, environment: bool = True, checked: set[
 
     checked = set() if checked is None else checked
     check_task_data(cfg)
-    check_topic_counts(cfg)
+    check_record_counts(cfg)
     check_device(str(cfg.device))
     check_stats_backend(cfg)
     path = cfg.model.get("path")
@@ -342,11 +342,12 @@ def check_task_data(cfg: DictConfig) -> None:
         raise ConfigError(problem)
 
 
-def check_topic_counts(cfg: DictConfig) -> None:
-    """Raise :class:`ConfigError` when the run's ``task.num_topics`` conversations cannot fit a setting's tokens
-    with the model's tokenizer (:meth:`lengthx.tasks.topics.TopicsTask.count_problem_at`, on the records of the
+def check_record_counts(cfg: DictConfig) -> None:
+    """Raise :class:`ConfigError` when the run's ``task.num_topics`` conversations or ``task.num_lines`` lines
+    cannot fit a setting's tokens with the model's tokenizer (the task's ``count_problem_at``, on the records of the
     run's seed and examples), before any model loads."""
-    if str(cfg.task.name) != "topics" or cfg.task.get("num_topics") is None:
+    key = {"topics": "num_topics", "lines": "num_lines"}.get(str(cfg.task.name))
+    if key is None or cfg.task.get(key) is None:
         return
     from lengthx.models.loading import load_tokenizer
     from lengthx.tasks import build_task, resolve_settings

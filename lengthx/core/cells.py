@@ -79,7 +79,7 @@ MODEL_UNHASHED_KEYS = ("path", "description", "display", "paper_role", "paper_b_
 TASK_UNHASHED_KEYS = ("settings", "only", "description", "num_examples", "paper_num_examples")
 # task keys added after cells were computed whose unset value (null) is what those cells ran: a null one stays out
 # of the hash, so adding the key leaves every existing cell's hash as it was
-TASK_OPTIONAL_KEYS = ("testcases_dir", "num_topics", "format")
+TASK_OPTIONAL_KEYS = ("testcases_dir", "num_topics", "num_lines", "format")
 
 
 def model_identity(model_cfg: Any) -> dict[str, Any]:

@@ -39,8 +39,9 @@ def far_settings(cfg: Any, settings: list[Any]) -> str | None:
         return None
     shown = ", ".join(f"{s.value} tokens = {s.value / l_tr:.0f}x" for s in far)
     head = f"lengthx: task.settings: {shown} model.l_tr ({l_tr} tokens); the papers reach about 29x L_tr."
-    if cfg.task.get("num_topics") is not None:  # its settings can only be tokens (lengthx.tasks.topics.count_problem)
-        return f"{head} With task.num_topics the settings are lengths in tokens: check the values"
+    for key in ("num_topics", "num_lines"):  # their settings can only be tokens (lengthx.tasks.base.count_knob_problem)
+        if cfg.task.get(key) is not None:
+            return f"{head} With task.{key} the settings are lengths in tokens: check the values"
     return (f"{head} If you meant the paper's characters of filler (or lines, topics), add task.unit="
             f"{cfg.task.get('paper_unit') or 'chars'}")
 

@@ -160,14 +160,42 @@ def all_settings(task_cfg: Any, profile: str, l_tr: int) -> list[Setting]:
     explicit = task_cfg.get("settings")
     if explicit:
         unit = task_cfg.get("unit") or "tokens"
-        count = task_cfg.get("num_topics")  # topics with a fixed count: its own column per count
-        suffix = f"-{count}topics" if count is not None else ""
+        # topics or lines with a fixed count (task.num_topics, task.num_lines): its own column per count
+        counts = [f"-{task_cfg.get(key)}{noun}" for key, noun in (("num_topics", "topics"), ("num_lines", "lines"))
+                  if task_cfg.get(key) is not None]
+        suffix = "".join(counts)
         return [Setting(explicit_label(int(v), unit) + suffix, int(v), unit) for v in explicit]
     labels = list(task_cfg.labels)
     if profile == "paper":
         return [Setting(lb, int(v), task_cfg.paper_unit) for lb, v in zip(labels, task_cfg.paper_settings, strict=True)]
     scale = l_tr / float(task_cfg.paper_l_tr)
     return [Setting(lb, round(float(v) * scale), "tokens") for lb, v in zip(labels, task_cfg.paper_l_ex, strict=True)]
+
+
+def count_knob_problem(task_cfg: Any, profile: str, task: str, key: str, noun: str, formats: Any) -> str | None:
+    """Why ``task.format`` or the fixed count ``task.<key>`` (``num_topics``, ``num_lines``: records of exactly that
+    many ``noun`` at explicit token lengths) cannot run, or ``None``: a format of ``formats``, the short one only
+    outside profile=paper, a whole count of at least 1 with ``task.unit=tokens``, explicit settings and no
+    released test cases (docs/usage.md)."""
+    fmt, k = task_cfg.get("format"), task_cfg.get(key)
+    if fmt is not None and str(fmt) not in formats:
+        return f"task.format={fmt}: no such {task} format. Fix: task.format=longeval or task.format=short"
+    if str(fmt) == "short" and profile == "paper":
+        return ("task.format=short is the mini profile's shortened header (docs/usage.md, task.format); profile=paper "
+                "keeps LongEval's prompt byte for byte. Fix: drop task.format")
+    if k is None:
+        return None
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        return f"task.{key}={k}: not a count of {noun}. Fix: a whole number of at least 1, e.g. task.{key}=3"
+    fix = "Fix: task.unit=tokens 'task.settings=[L, …]' (lengths in tokens)"
+    released = task_cfg.get("testcases_dir")
+    if str(task_cfg.get("unit")) != "tokens" or released:
+        return (f"task.{key}={k} fixes the count of token-length records; task.unit={task_cfg.get('unit')} "
+                f"settings{' and task.testcases_dir' if released else ''} are counts already. "
+                f"{fix}{' and no task.testcases_dir' if released else ''}")
+    if not task_cfg.get("settings"):
+        return f"task.{key}={k} needs explicit lengths (its records get their own columns). {fix}"
+    return None
 
 
 def truncated_example(example: Example, tokenizer: Any, l_tr: int) -> Example:

@@ -16,13 +16,14 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lengthx.data.fitting import bisect_largest, count_tokens
 from lengthx.data.provenance import SYNTHETIC, file_label
-from lengthx.tasks.base import Example, Setting, Task
+from lengthx.tasks.base import Example, Setting, Task, count_knob_problem
+from lengthx.tasks.lines_records import depths, filled_body, most_sentences
 from lengthx.tasks.longeval_testcases import read_testcases, testcase_path, testcases_problem
 from lengthx.tasks.metrics import lines_correct
 
@@ -222,6 +223,13 @@ class LinesCase:
         return lines_prompt(list(self.pairs), self.query_idx, self.fmt)
 
 
+def filled_prompt(case: LinesCase, where: list[float], sentences: int) -> str:
+    """The prompt of ``case`` with ``sentences`` filler sentences around its lines, line j at depth ``where[j]``
+    (:func:`lengthx.tasks.lines_records.filled_body`); with none, the benchmark's prompt of its lines."""
+    lines = [LINE_TEMPLATE.format(idx=idx, n=n) for idx, n in case.pairs]
+    return FORMATS[case.fmt] + filled_body(lines, where, sentences) + QUESTION_TEMPLATE.format(idx=case.query_idx)
+
+
 def random_line_indices(n: int, rng: random.Random) -> list[str]:
     """``n`` adjective-noun line indices drawn with ``rng`` as LongEval's ``generate_line_index`` ("LRT-NL") draws
     them: ``n`` adjectives and ``n`` nouns, each *without replacement* (wonderwords' ``random_words``), paired in
@@ -293,6 +301,19 @@ def case_seed(seed: int, i: int) -> int:
     return seed * 1_000_003 + i
 
 
+def count_problem(task_cfg: Any, profile: str) -> str | None:
+    """Why ``task.format`` / ``task.num_lines`` cannot run, or ``None``: :func:`lengthx.tasks.base.count_knob_problem`,
+    and no more lines than the line-index vocabulary has distinct keys."""
+    problem = count_knob_problem(task_cfg, profile, "lines", "num_lines", "lines", FORMATS)
+    k = task_cfg.get("num_lines")
+    if problem or k is None:
+        return problem
+    most = min(map(len, line_index_vocabulary()))
+    if k > most:
+        return f"task.num_lines={k}: the line-index vocabulary holds {most} distinct keys. Fix: a smaller count"
+    return None
+
+
 class LinesTask(Task):
     """LongEval lines: seeded records of ``line <idx>: REGISTER_CONTENT is <n>``, last-integer scoring; with
     ``testcases_dir``, LongEval's released cases (:mod:`lengthx.tasks.longeval_testcases`)."""
@@ -302,23 +323,26 @@ class LinesTask(Task):
     units = ("lines", "tokens")  # what task.unit may name (the unit of explicit task.settings)
 
     def __init__(self, max_new_tokens: int = 100, max_lines: int = 2000, testcases_dir: str | None = None,
-                 seed: int = 0, prompt_format: str = "longeval"):
+                 seed: int = 0, prompt_format: str = "longeval", num_lines: int | None = None):
         if prompt_format not in FORMATS:
             raise ValueError(f"task.format={prompt_format}: no such lines format. Fix: one of {', '.join(FORMATS)}")
         self.max_new_tokens, self.prompt_format = max_new_tokens, prompt_format
-        self.max_lines = max_lines
+        self.max_lines, self.num_lines = max_lines, num_lines
         self.testcases_dir, self.seed = testcases_dir, int(seed)
 
     @classmethod
     def from_config(cls, task_cfg: Any, profile: str = "mini") -> LinesTask:
         """The task from its Hydra config (``conf/task/lines.yaml``)."""
+        k = task_cfg.get("num_lines")
         return cls(max_new_tokens=int(task_cfg.max_new_tokens), testcases_dir=task_cfg.get("testcases_dir"),
-                   seed=int(task_cfg.get("seed") or 0))
+                   seed=int(task_cfg.get("seed") or 0), prompt_format=str(task_cfg.get("format") or "longeval"),
+                   num_lines=None if k is None else int(k))
 
     @staticmethod
     def data_problem(task_cfg: Any, profile: str, settings: list[Setting] | None = None) -> str | None:
-        """Why ``task.testcases_dir`` cannot give every setting its released cases, or ``None``."""
-        return testcases_problem(task_cfg, "lines", "lines", settings)
+        """Why ``task.testcases_dir`` cannot give every setting its released cases, or why ``task.format`` /
+        ``task.num_lines`` cannot run (:func:`count_problem`), or ``None``."""
+        return testcases_problem(task_cfg, "lines", "lines", settings) or count_problem(task_cfg, profile)
 
     def _released(self, setting: Setting) -> Path | None:
         """The released file a setting evaluates, or ``None`` (records generated)."""
@@ -343,19 +367,46 @@ class LinesTask(Task):
         out = []
         for i in range(n):
             s = case_seed(seed, i)
+            meta: dict[str, Any] = {}
             if setting.unit == "lines":
                 case, requested = lines_case_at(setting.value, s, self.prompt_format), None
+            elif setting.unit == "tokens" and self.num_lines is not None:
+                requested, case, where = setting.value, lines_case_at(self.num_lines, s, self.prompt_format), \
+                    depths(self.num_lines, s)
+                try:
+                    sentences = most_sentences(partial(filled_prompt, case, where),
+                                               lambda p: count_tokens(tokenizer, p), requested)
+                except ValueError as err:
+                    raise ValueError(f"task.num_lines={self.num_lines}, example {i}: {err}") from None
+                prompt = filled_prompt(case, where, sentences)
+                meta = {"filler_sentences": sentences, "query_depth": round(where[case.query], 4)}
             elif setting.unit == "tokens":
                 requested = setting.value
                 case = fit_lines_case(s, lambda p: count_tokens(tokenizer, p), requested, self.max_lines,
                                       self.prompt_format)
             else:
                 raise ValueError(f"lines settings are in lines or tokens, not {setting.unit!r}")
-            prompt = case.prompt
+            prompt = prompt if meta else case.prompt
             out.append(Example(f"{seed}-{i}", prompt, case.answer, requested, count_tokens(tokenizer, prompt),
                                {"n_lines": len(case.pairs), "query_idx": case.query_idx,
-                                "query_position": case.query}))
+                                "query_position": case.query, **meta}))
         return out
+
+    def count_problem_at(self, tokenizer: PreTrainedTokenizerBase, target: int,
+                         draws: tuple[int, int] | None = None) -> str | None:
+        """Why ``num_lines`` lines may not fit ``target`` tokens, or ``None``: the first ``n`` cases of ``seed``
+        (``draws`` = (seed, n); without it, the first 50 of seed 0), each without filler, as a run builds them."""
+        if self.num_lines is None:
+            return None
+        seed, n = draws or (0, 50)
+        for i in range(n):
+            case = lines_case_at(self.num_lines, case_seed(seed, i), self.prompt_format)
+            need = count_tokens(tokenizer, case.prompt)
+            if need > target:
+                return (f"task.num_lines={self.num_lines}: example {i} of task.seed={seed} draws {self.num_lines} "
+                        f"lines that need {need} tokens (header, lines, question) but task.settings has {target}. "
+                        "Fix: a setting of at least that many tokens, another task.seed, or a smaller task.num_lines")
+        return None
 
     def _released_examples(self, path: Path, tokenizer: PreTrainedTokenizerBase, n: int, seed: int) -> list[Example]:
         """The first ``n`` released cases of ``path``: their prompts as they are, their expected numbers."""

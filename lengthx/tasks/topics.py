@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from lengthx.data.fitting import count_tokens, fit_to_tokens
 from lengthx.data.jsonl import read_jsonl
 from lengthx.data.provenance import GENERATED, file_label
-from lengthx.tasks.base import Example, Setting, Task, missing_path
+from lengthx.tasks.base import Example, Setting, Task, count_knob_problem, missing_path
 from lengthx.tasks.longeval_testcases import read_testcases, testcase_path, testcases_problem
 from lengthx.tasks.metrics import topic_correct
 from lengthx.tasks.topics_records import count_fits, fixed_count_record, minimal_tokens
@@ -228,25 +228,12 @@ def generate_conversations(seed: int = 0) -> tuple[Conversation, ...]:
 
 
 def count_problem(task_cfg: Any, profile: str) -> str | None:
-    """Why ``task.format`` / ``task.num_topics`` cannot run, or ``None``: a known format, the short one only
-    outside profile=paper, a count of at least 1 on token settings, no more than the conversations available."""
-    fmt, k = task_cfg.get("format"), task_cfg.get("num_topics")
-    if fmt is not None and str(fmt) not in FORMATS:
-        return f"task.format={fmt}: no such topics format. Fix: task.format=longeval or task.format=short"
-    if str(fmt) == "short" and profile == "paper":
-        return ("task.format=short is the mini profile's shortened header (docs/usage.md, task.format); profile=paper "
-                "keeps LongEval's prompt byte for byte. Fix: drop task.format")
-    if k is None:
-        return None
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        return f"task.num_topics={k}: not a count of conversations. Fix: a whole number of at least 1, e.g. task.num_topics=3"
-    fix = "Fix: task.unit=tokens 'task.settings=[L, …]' (lengths in tokens)"
-    if str(task_cfg.get("unit")) != "tokens" or task_cfg.get("testcases_dir"):
-        return (f"task.num_topics={k} fixes the count of token-length records; task.unit={task_cfg.get('unit')} "
-                f"settings{' and task.testcases_dir' if task_cfg.get('testcases_dir') else ''} are counts already. "
-                f"{fix}{' and no task.testcases_dir' if task_cfg.get('testcases_dir') else ''}")
-    if not task_cfg.get("settings"):
-        return f"task.num_topics={k} needs explicit lengths (its records get their own columns). {fix}"
+    """Why ``task.format`` / ``task.num_topics`` cannot run, or ``None``: :func:`lengthx.tasks.base.count_knob_problem`,
+    and no more conversations than are available."""
+    problem = count_knob_problem(task_cfg, profile, "topics", "num_topics", "conversations", FORMATS)
+    k = task_cfg.get("num_topics")
+    if problem or k is None:
+        return problem
     if not task_cfg.get("conversations_path") and k > len(generate_conversations()):
         return f"task.num_topics={k}: only {len(generate_conversations())} conversations are available. Fix: a smaller count"
     return None
