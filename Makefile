@@ -266,11 +266,12 @@ mini-t5: install
 
 # The lookup stand-in study (docs/mini-t5-lookup.md): variants W (from the shipped mini-t5), P (the
 # same, one-piece keys and values first), S (from random weights) and the extensions P+ (`pieces_more`, from P's
-# last snapshot, fixed after P's budget ended) and S+ (`scratch_more`, from S's, fixed before S's decay) on lines records in the short format (half
+# last snapshot, fixed after P's budget ended), S+ (`scratch_more`, from S's, fixed before S's decay) and F (`fill`, from
+# S+'s step 8,000, half its records padded with filler) on lines records in the short format (half
 # multi-query, the key echoed) beside passkey and first-of-K topics, 20,000 steps each on one thread, fp16 snapshots every 2,000 steps committed to
 # results/mini-t5-lookup/snapshots/<variant>. Resumable; a variant whose last snapshot is committed, or whose
 # training stopped at the gate, is not trained again. Each variant is its own recipe (lengthx/conf/mini/lookup_<variant>.yaml).
-LOOKUP_VARIANTS ?= warm pieces scratch pieces_more scratch_more
+LOOKUP_VARIANTS ?= warm pieces scratch pieces_more scratch_more fill
 mini-t5-lookup-study: install
 	for v in $(LOOKUP_VARIANTS); do test -f results/mini-t5-lookup/snapshots/$$v/step-20000/README.md && continue; \
 		OMP_NUM_THREADS=1 nice $(LX) train-mini recipe=lookup_$$v || exit 1; done
@@ -295,11 +296,11 @@ mini-t5-lookup-report: install
 		--cache results/mini-t5-lookup/answers
 	$(call late_rise,$(foreach s,pieces/step-16000 pieces/step-18000 pieces/step-20000 warm/step-20000,$(LOOKUP_SNAPS)/$(s)) \
 		$(sort $(wildcard $(LOOKUP_SNAPS)/pieces_more/step-*)),one-piece,late-rise.md)
-	$(call late_rise,$(LOOKUP_SNAPS)/warm/step-20000 $(sort $(wildcard $(LOOKUP_SNAPS)/scratch*/step-*)),benchmark,late-rise-benchmark.md)
+	$(call late_rise,$(LOOKUP_SNAPS)/warm/step-20000 $(sort $(wildcard $(LOOKUP_SNAPS)/scratch*/step-* $(LOOKUP_SNAPS)/fill/step-*)),benchmark,late-rise-benchmark.md)
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/studies/lookup_attention.py results/mini-t5-lookup/snapshots/*/step-* \
 		--n 100 --forms one-piece benchmark --out results/mini-t5-lookup/attention.md --cache results/mini-t5-lookup/shares
 	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/studies/lookup_filled.py $(LOOKUP_SNAPS)/warm/step-20000 \
-		$(foreach s,16000 18000 20000,$(LOOKUP_SNAPS)/scratch/step-$(s)) $(sort $(wildcard $(LOOKUP_SNAPS)/scratch_more/step-*)) \
+		$(foreach s,16000 18000 20000,$(LOOKUP_SNAPS)/scratch/step-$(s)) $(sort $(wildcard $(LOOKUP_SNAPS)/scratch_more/step-* $(LOOKUP_SNAPS)/fill/step-*)) \
 		--counts 2 6 10 --n 50 --out results/mini-t5-lookup/filled.md
 
 mini-t5-lm-study: install

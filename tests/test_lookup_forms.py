@@ -147,3 +147,52 @@ def test_a_run_with_forms_logs_its_form_and_resumes_only_with_them(tmp_path, as_
     q = as_a_process([*base, "stop_step=3"])  # the recipe's default: the benchmark form alone
     assert q.returncode != 0 and "resume with --lookup-forms one-piece,benchmark" in q.stderr
     assert "Traceback" not in q.stderr
+
+
+def test_a_padded_record_is_the_same_record_with_filler_around_its_lines(tok):
+    """fill=True keeps the record's lines (in order), question and target, and adds the passkey task's filler up
+    to a drawn length within L_tr; the records before the option draw as they did."""
+    from lengthx.tasks.passkey import FILLER_UNIT
+
+    grew = 0
+    for seed in range(12):
+        plain = lookup_record(tok, 256, 3, seed % 2 == 0, random.Random(seed), "short")
+        filled = lookup_record(tok, 256, 3, seed % 2 == 0, random.Random(seed), "short", fill=True)
+        assert filled[1:] == plain[1:] and _LINE.findall(filled[0]) == _LINE.findall(plain[0])
+        assert filled[0].split("?")[-1] == plain[0].split("?")[-1] and len(tok(filled[0])["input_ids"]) <= 256
+        body = filled[0].split("Now the record start:\n\n")[1].split("\nNow the record is over")[0]
+        assert all(line.startswith("line ") or set(line.split(". ")) <= set(FILLER_UNIT.rstrip(".").split(". ")) |
+                   {s + "." for s in FILLER_UNIT.rstrip(".").split(". ")} for line in body.strip("\n").split("\n"))
+        grew += len(tok(filled[0])["input_ids"]) > len(tok(plain[0])["input_ids"]) + 20
+    assert grew >= 6
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0])
+def test_the_fill_share_pads_that_share_and_none_draws_the_old_stream(tok, share):
+    from lengthx.minis.lookup_data import LookupRecords
+
+    records = LookupRecords(tok, 256, 0, 0.5, "short", 224, CPU, fill_share=share)
+    batch, kept, multi = records.sample(7, [2, 2, 3, 3])
+    prompts = tok.batch_decode(batch.input_ids, skip_special_tokens=True)
+    rng = random.Random("lookup:0:7")
+    old = [lookup_record(tok, 256, n, i < 2, rng, "short")[0] for i, n in enumerate([2, 2, 3, 3])]
+    padded = ["The grass is green" in p for p in prompts]
+    if share == 0.0:  # no draw for the fill: the records every earlier run trained on
+        assert prompts == tok.batch_decode(tok(old, padding="max_length", max_length=256).input_ids,
+                                           skip_special_tokens=True) and not any(padded)
+    else:  # each padded to a length drawn between its own and L_tr (its own: no filler)
+        assert sum(padded) >= 3
+
+
+def test_the_bar_holds_the_padded_counts_when_the_card_names_them():
+    from argparse import Namespace
+
+    from lengthx.minis.retrieval_card import retrieval_bar
+
+    args = Namespace(l_tr=256, w_passkey=0, w_topics=0, w_lines=1, card_counts="", card_lines="2",
+                     card_fill_lines="2,11")
+    final = {"lines@256": 95.0, "lines-n2@256": 95.0, "lines-fill-n2@256": 95.0, "lines-fill-n11@256": 89.0}
+    bar, met = retrieval_bar(args, final)
+    assert "padded with filler to L_tr at K = 2, 11" in bar and not met
+    assert retrieval_bar(args, {**final, "lines-fill-n11@256": 90.0})[1]
+    assert retrieval_bar(Namespace(**{**vars(args), "card_fill_lines": ""}), final)[1]

@@ -128,12 +128,15 @@ def test_a_recipe_from_the_cli_stopped_and_resumed_ends_on_its_scripts_weights(t
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", ["retrieval_study", "lookup", "lookup_pieces"])
+@pytest.mark.parametrize("recipe", ["retrieval_study", "lookup", "lookup_pieces", "lookup_fill"])
 def test_the_other_recipes_train_from_the_cli_and_resume(tmp_path, as_a_process, recipe):
     tiny = ["init_from=null"]  # the tiny shapes are not the shipped mini-t5's that P starts from
     _run(as_a_process, recipe, tmp_path / "cli", "stop_step=2", *tiny)
     assert "resumed from" in _run(as_a_process, recipe, tmp_path / "cli", *tiny)
-    assert (tmp_path / "cli" / "export" / "README.md").is_file()  # trained to its end, exported with its card
+    card = (tmp_path / "cli" / "export" / "README.md").read_text()  # trained to its end, exported with its card
+    if recipe == "lookup_fill":  # its padded records in training and its card's padded counts
+        assert "of the records padded with the passkey task's filler" in card
+        assert all(f"| lines-fill-n{k}@" in card for k in (2, 6, 11)), card
 
 
 @pytest.mark.slow
@@ -188,6 +191,8 @@ LOOKUP_VARIANTS = {  # docs/mini-t5-lookup.md, the lookup stand-in's variants: t
                     "lookup_forms=[one-piece,benchmark]"],
     "scratch_more": ["seed=1", "init_from=results/mini-t5-lookup/snapshots/scratch/step-20000",
                      "lookup_forms=[benchmark]"],
+    "fill": ["seed=2", "init_from=results/mini-t5-lookup/snapshots/scratch_more/step-08000",
+             "lookup_forms=[benchmark]", "lines_fill=0.5", "card_fill_lines='2,6,11'"],
 }
 
 

@@ -35,6 +35,7 @@ from lengthx.tasks.lines import (
     line_index_vocabulary,
     random_line_indices,
 )
+from lengthx.tasks.lines_records import filled_body, most_sentences
 from lengthx.tasks.token_ids import IGNORE, IdBatch
 
 FORMS = ("benchmark", "one-piece")
@@ -76,9 +77,9 @@ def one_piece_words(tok: PreTrainedTokenizerFast) -> tuple[tuple[str, ...], tupl
 
 
 def lookup_record(tok: PreTrainedTokenizerFast, l_tr: int, n_lines: int, multi: bool, rng: random.Random,
-                  fmt: str = "short", form: str = "benchmark") -> tuple[str, str, int]:
+                  fmt: str = "short", form: str = "benchmark", fill: bool = False) -> tuple[str, str, int]:
     """(prompt, target, lines kept): a record asking for ``n_lines`` lines in ``form`` (:data:`FORMS`), cut to the
-    longest prefix that fits."""
+    longest prefix that fits; with ``fill``, its kept lines then padded with filler (:func:`padded`)."""
     if form == "benchmark":
         keys, most = random_line_indices(n_lines, rng), MAX_VALUE
     else:
@@ -98,9 +99,24 @@ def lookup_record(tok: PreTrainedTokenizerFast, l_tr: int, n_lines: int, multi: 
             asked = [pairs[query % kept]]
             question = QUESTION_TEMPLATE.format(idx=asked[0][0])
         prompt = FORMATS[fmt] + body + question
-        if len(tok(prompt)["input_ids"]) <= l_tr:
+        size = len(tok(prompt)["input_ids"])
+        if size <= l_tr:
+            if fill:
+                prompt = padded(tok, [LINE_TEMPLATE.format(idx=k, n=v) for k, v in pairs[:kept]],
+                                FORMATS[fmt], question, rng.randint(size, l_tr), rng)
             return prompt, answer(asked), kept
     raise ValueError(f"a one-line record does not fit L_tr = {l_tr} tokens")
+
+
+def padded(tok: PreTrainedTokenizerFast, lines: list[str], header: str, question: str, length: int,
+           rng: random.Random) -> str:
+    """The record of ``lines`` padded to at most ``length`` tokens with the passkey task's filler sentences, each
+    line at a depth drawn uniform and kept in order: the records of ``task.num_lines``
+    (:mod:`lengthx.tasks.lines_records`), at a length of the trainer's draw."""
+    where = sorted(rng.random() for _ in lines)
+    def build(m: int) -> str:
+        return header + filled_body(lines, where, m) + question
+    return build(most_sentences(build, lambda p: len(tok(p)["input_ids"]), length))
 
 
 def form_capacity(tok: PreTrainedTokenizerFast, l_tr: int, form: str, fmt: str = "short", draws: int = 20) -> int:
@@ -118,12 +134,14 @@ def form_capacity(tok: PreTrainedTokenizerFast, l_tr: int, form: str, fmt: str =
 
 
 class LookupRecords:
-    """Batches of :func:`lookup_record`: ``multi_share`` of them multi-query, the rest single-question."""
+    """Batches of :func:`lookup_record`: ``multi_share`` of them multi-query, the rest single-question; with
+    ``fill_share``, each record is padded with filler at that chance (a recipe without it draws the same records
+    as before the option existed)."""
 
     def __init__(self, tok: PreTrainedTokenizerFast, l_tr: int, seed: int, multi_share: float, fmt: str,
-                 label_width: int, device: torch.device):
+                 label_width: int, device: torch.device, fill_share: float = 0.0):
         self.tok, self.l_tr, self.seed, self.multi_share, self.fmt = tok, l_tr, seed, multi_share, fmt
-        self.label_width, self.device = label_width, device
+        self.label_width, self.device, self.fill_share = label_width, device, fill_share
 
     def sample(self, step: int, n_lines: list[int],
                form: str = "benchmark") -> tuple[IdBatch, torch.Tensor, torch.Tensor]:
@@ -133,7 +151,8 @@ class LookupRecords:
         n_multi = round(len(n_lines) * self.multi_share)
         prompts, targets, kept = [], [], []
         for i, n in enumerate(n_lines):
-            prompt, target, k = lookup_record(self.tok, self.l_tr, n, i < n_multi, rng, self.fmt, form)
+            fill = self.fill_share > 0 and rng.random() < self.fill_share
+            prompt, target, k = lookup_record(self.tok, self.l_tr, n, i < n_multi, rng, self.fmt, form, fill)
             prompts.append(prompt)
             targets.append(target)
             kept.append(k)

@@ -40,7 +40,14 @@ from lengthx.minis.export import export_fp16
 from lengthx.minis.lookup_data import form_capacity
 from lengthx.minis.loop import Box, TrainingLoop, log
 from lengthx.minis.retrieval_args import lookup_forms, parse_args
-from lengthx.minis.retrieval_card import card_counts, card_lines, model_card, retrieval_bar, trained_tasks
+from lengthx.minis.retrieval_card import (
+    card_counts,
+    card_fill_lines,
+    card_lines,
+    model_card,
+    retrieval_bar,
+    trained_tasks,
+)
 from lengthx.minis.retrieval_data import TASKS, Mixture
 from lengthx.minis.retrieval_eval import exact_match, held_out
 from lengthx.tasks.token_ids import IGNORE, IdBatch
@@ -236,7 +243,8 @@ class RetrievalRecipe:
         for length in lengths:
             sets = held_out(tok, length, args.final_n, args.final_seed, trained_tasks(args), args.topics_format,
                             card_counts(args) if length == args.l_tr else (), args.lines_format,
-                            card_lines(args) if length == args.l_tr else ())
+                            card_lines(args) if length == args.l_tr else (),
+                            card_fill_lines(args) if length == args.l_tr else ())
             for name, value in exact_match(model, tok, sets).items():
                 final[f"{name}@{length}"] = value
             log(f"final @ {length}: " + ", ".join(f"{k} {v:.0f}%" for k, v in final.items() if k.endswith(f"@{length}")))
@@ -280,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"curriculum stage {recipe.curriculum.stage}")
     log(f"device {hardware}; {sum(p.numel() for p in recipe.model.parameters()) / 1e6:.2f}M parameters")
     recipe.eval_sets = held_out(tok, args.l_tr, args.eval_n, args.eval_seed, trained_tasks(args), args.topics_format,
-                                card_counts(args), args.lines_format, card_lines(args))
+                                card_counts(args), args.lines_format, card_lines(args), card_fill_lines(args))
     loop.run()
     export_fp16(recipe.model, tok, args.out / "export")
     log(f"stopped at step {loop.step}, {loop.minutes:.1f} min: {loop.state['stopped'] or 'time or step box'}")

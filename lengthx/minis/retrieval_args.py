@@ -132,6 +132,9 @@ def parser() -> argparse.ArgumentParser:
                    help="ids: the benchmark's lines records as token ids; lookup: records built as text, the asked key "
                         "echoed in the target, --lines-multi of them multi-query (lengthx.minis.lookup_data)")
     p.add_argument("--lines-multi", type=float, default=0.5, help="share of lookup records that ask for every line")
+    p.add_argument("--lines-fill", type=float, default=0.0,
+                   help="share of lookup records padded with the passkey task's filler to a length uniform between "
+                        "their own and L_tr, their lines at drawn depths (lengthx.minis.lookup_data.padded)")
     p.add_argument("--lines-format", choices=("longeval", "short"), default="longeval",
                    help="the lines prompt's header (lengthx.tasks.lines.FORMATS), in training (lookup records) and in "
                         "the card's held-out sets")
@@ -142,6 +145,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lookup-label-width", type=int, default=224, help="decoder labels of a multi-query target")
     p.add_argument("--card-lines", default="", help="comma-separated line counts N: the card and the held-out "
                    "evaluations also measure records of exactly N lines at L_tr (lines-n<N>)")
+    p.add_argument("--card-fill-lines", default="", help="comma-separated line counts K: the card and the held-out "
+                   "evaluations also measure records of exactly K lines padded with filler to L_tr "
+                   "(lines-fill-n<K>, task.num_lines=K), part of the bar")
     p.add_argument("--stop-at-gate", action="store_true",
                    help="stop after the first --export-steps snapshot whose card meets the bar at L_tr")
     p.add_argument("--init-from", type=checkpoint_dir, default=None,

@@ -35,6 +35,10 @@ def retrieval_bar(args: argparse.Namespace, final: dict[str, float]) -> tuple[st
         bar += f", lines >= {LOOKUP_GATE:.0f}% on the L_tr records and at every count {lines_counts[0]}-{lines_counts[-1]}"
         met = met and all(final.get(f"{name}@{l_tr}", 0) >= LOOKUP_GATE
                           for name in ["lines", *(f"lines-n{n}" for n in lines_counts)])
+    filled = card_fill_lines(args)
+    if filled and "lines" in trained_tasks(args):  # the lines study's records: exactly K lines in filler to L_tr
+        bar += f", and on K lines padded with filler to L_tr at K = {', '.join(map(str, filled))}"
+        met = met and all(final.get(f"lines-fill-n{k}@{l_tr}", 0) >= LOOKUP_GATE for k in filled)
     return bar, met
 
 
@@ -91,6 +95,11 @@ def card_lines(args: argparse.Namespace) -> tuple[int, ...]:
     return tuple(int(x) for x in getattr(args, "card_lines", "").split(",") if x.strip())
 
 
+def card_fill_lines(args: argparse.Namespace) -> tuple[int, ...]:
+    """The line counts the card measures padded with filler to L_tr (``--card-fill-lines``)."""
+    return tuple(int(x) for x in getattr(args, "card_fill_lines", "").split(",") if x.strip())
+
+
 def lookup_recipe(args: argparse.Namespace) -> str:
     """How the lines share was built and where the weights started, for the card (empty for the token-id lines)."""
     out = f"Started from the weights of `{args.init_from}`. " if getattr(args, "init_from", None) else ""
@@ -98,6 +107,10 @@ def lookup_recipe(args: argparse.Namespace) -> str:
         out += (f"Lines records built as text in the `{args.lines_format}` format, the asked key echoed in the "
                 f"target, {args.lines_multi:.0%} of them multi-query (lengthx.minis.lookup_data); `lines-n<N>` "
                 "holds exactly N lines.")
+        if getattr(args, "lines_fill", 0.0):
+            out += (f" {args.lines_fill:.0%} of the records padded with the passkey task's filler to a drawn length "
+                    "up to L_tr (lengthx.minis.lookup_data.padded); `lines-fill-n<K>` holds exactly K lines padded "
+                    "with filler to L_tr, the records of `task.num_lines=K`.")
         forms = getattr(args, "lookup_forms", "benchmark")
         if forms != "benchmark":
             out += (f" The curriculum trained the record forms {forms.replace(',', ', then ')} in turn, each to its "

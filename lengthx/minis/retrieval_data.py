@@ -41,7 +41,7 @@ class Mixture:
         if getattr(args, "lines_records", "ids") == "lookup" and "lines" in self.sizes:
             self.label_width = max(self.label_width, args.lookup_label_width)
             self.lookup = LookupRecords(tok, args.l_tr, args.seed, args.lines_multi, args.lines_format,
-                                        self.label_width, device)
+                                        self.label_width, device, getattr(args, "lines_fill", 0.0))
         if self.counts:
             self.tok, self.l_tr, self.k_max, self.seed = tok, args.l_tr, args.topics_k_max, args.seed
             self.topics = TopicsTask(prompt_format=args.topics_format)

@@ -21,11 +21,12 @@ MAX_NEW = {"passkey": 8, "lines": 24, "topics": 24}  # lines: room for the looku
 def held_out(tok: PreTrainedTokenizerFast, length: int, n: int, seed: int,
              names: tuple[str, ...] = TASKS, topics_format: str = "longeval",
              counts: tuple[int, ...] = (), lines_format: str = "longeval",
-             lines_counts: tuple[int, ...] = ()) -> dict[str, tuple[Any, list]]:
+             lines_counts: tuple[int, ...] = (), fill_counts: tuple[int, ...] = ()) -> dict[str, tuple[Any, list]]:
     """The harness's own examples (task classes, token-fitted with this tokenizer) at ``length`` tokens; topics in
     ``topics_format``, and ``topics-k<K>`` sets of exactly K conversations for each of ``counts``; lines in
-    ``lines_format``, and ``lines-n<N>`` sets of exactly N lines in at most ``length`` tokens for each of
-    ``lines_counts``."""
+    ``lines_format``, ``lines-n<N>`` sets of exactly N lines in at most ``length`` tokens for each of
+    ``lines_counts``, and ``lines-fill-n<K>`` sets of exactly K lines padded with filler to ``length`` tokens
+    (``task.num_lines=K``) for each of ``fill_counts``."""
     setting = Setting(str(length), length, "tokens")
     tasks = {name: EVAL_TASKS[name]() for name in names if name not in ("topics", "lines")}
     sets: dict[str, tuple[Any, list]] = {}
@@ -33,6 +34,9 @@ def held_out(tok: PreTrainedTokenizerFast, length: int, n: int, seed: int,
         tasks["lines"] = LinesTask(prompt_format=lines_format)
         for k in lines_counts:
             sets[f"lines-n{k}"] = (tasks["lines"], lines_exactly(tok, tasks["lines"], k, length, n, seed))
+        for k in fill_counts:
+            filled = LinesTask(prompt_format=lines_format, num_lines=k)
+            sets[f"lines-fill-n{k}"] = (filled, lines_filled(tok, filled, length, n, seed + 7919 * k))
     if "topics" in names:
         tasks["topics"] = TopicsTask(prompt_format=topics_format)
         tasks.update({f"topics-k{k}": TopicsTask(prompt_format=topics_format, num_topics=k) for k in counts})
@@ -49,6 +53,20 @@ def lines_exactly(tok: PreTrainedTokenizerFast, task: LinesTask, k: int, length:
         if len(out) == n:
             return out
     raise ValueError(f"records of {k} lines rarely fit {length} tokens: found {len(out)} of {n}")
+
+
+def lines_filled(tok: PreTrainedTokenizerFast, task: LinesTask, length: int, n: int, seed: int) -> list:
+    """``n`` examples of ``task`` (a ``num_lines`` task) at ``length`` tokens, one per example seed from ``seed`` on,
+    those whose lines alone exceed ``length`` skipped."""
+    out: list = []
+    for s in range(seed, seed + 100 * n):
+        try:
+            out += task.examples(Setting(str(length), length, "tokens"), tok, 1, s)
+        except ValueError:  # this draw's lines do not fit: the next
+            continue
+        if len(out) == n:
+            return out
+    raise ValueError(f"records of {task.num_lines} lines rarely fit {length} tokens: found {len(out)} of {n}")
 
 
 @torch.no_grad()
