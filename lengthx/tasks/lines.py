@@ -368,6 +368,7 @@ class LinesTask(Task):
         for i in range(n):
             s = case_seed(seed, i)
             meta: dict[str, Any] = {}
+            prompt: str | None = None  # set by the fixed-count branch; else the case's own prompt
             if setting.unit == "lines":
                 case, requested = lines_case_at(setting.value, s, self.prompt_format), None
             elif setting.unit == "tokens" and self.num_lines is not None:
@@ -386,7 +387,7 @@ class LinesTask(Task):
                                       self.prompt_format)
             else:
                 raise ValueError(f"lines settings are in lines or tokens, not {setting.unit!r}")
-            prompt = prompt if meta else case.prompt
+            prompt = case.prompt if prompt is None else prompt
             out.append(Example(f"{seed}-{i}", prompt, case.answer, requested, count_tokens(tokenizer, prompt),
                                {"n_lines": len(case.pairs), "query_idx": case.query_idx,
                                 "query_position": case.query, **meta}))
@@ -395,10 +396,11 @@ class LinesTask(Task):
     def count_problem_at(self, tokenizer: PreTrainedTokenizerBase, target: int,
                          draws: tuple[int, int] | None = None) -> str | None:
         """Why ``num_lines`` lines may not fit ``target`` tokens, or ``None``: the first ``n`` cases of ``seed``
-        (``draws`` = (seed, n); without it, the first 50 of seed 0), each without filler, as a run builds them."""
+        (``draws`` = (seed, n); without it, the first 50 of the task's seed), each without filler, as a run builds
+        them."""
         if self.num_lines is None:
             return None
-        seed, n = draws or (0, 50)
+        seed, n = draws or (self.seed, 50)
         for i in range(n):
             case = lines_case_at(self.num_lines, case_seed(seed, i), self.prompt_format)
             need = count_tokens(tokenizer, case.prompt)
