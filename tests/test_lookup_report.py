@@ -93,7 +93,7 @@ def test_the_curves_table_lists_every_500_steps_the_last_row_and_the_variants_ho
     steps = [line.split(" | ")[0] for line in text.split("Every 500 steps:")[1].splitlines()
              if line.startswith("| ") and line[2].isdigit()]
     assert steps == ["| 500", "| 1000", "| 1500"]
-    assert "| 1000 | 2 | 1: 0.50, 2: 0.00 |" in text and "| 20 |  |  | 100 |  |" in text
+    assert "| 1000 | 2 | 1: 0.50, 2: 0.00 |" in text and "| 20 |  |  |  | 100 |  |" in text
     for row in curves["warm"]:
         row["form"] = "one-piece"
     assert "## warm: 1,500 steps, 1.2 thread-hours, stage one-piece 2" in plot.table(curves)

@@ -24,7 +24,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-HELD = ("lines-n2", "lines-n6", "lines-n12", "passkey", "topics")
+HELD = ("lines-n2", "lines-n6", "lines-n12", "lines-fill-n2", "passkey", "topics")  # lines-fill: F only
 # what changed under a variant mid-run (docs/mini-t5-lookup.md: "A lost state…", the variants' fixes), marked on
 # the figure so that a dip there is not read as the model's
 EVENTS = {"warm": ((4_000, "resumed from resume.pt"),),
