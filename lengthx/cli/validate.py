@@ -346,7 +346,9 @@ def check_record_counts(cfg: DictConfig) -> None:
     """Raise :class:`ConfigError` when the run's ``task.num_topics`` conversations or ``task.num_lines`` lines
     cannot fit a setting's tokens with the model's tokenizer (the task's ``count_problem_at``, on the records of the
     run's seed and examples), before any model loads."""
-    key = {"topics": "num_topics", "lines": "num_lines"}.get(str(cfg.task.name))
+    from lengthx.tasks.base import COUNT_KEYS
+
+    key = COUNT_KEYS.get(str(cfg.task.name))
     if key is None or cfg.task.get(key) is None:
         return
     from lengthx.models.loading import load_tokenizer

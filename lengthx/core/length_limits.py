@@ -9,6 +9,7 @@ from typing import Any
 
 from lengthx.errors import UsageError
 from lengthx.models.limits import configured_position_limit, too_long
+from lengthx.tasks.base import COUNT_KEYS
 
 log = logging.getLogger("lengthx")
 
@@ -39,7 +40,7 @@ def far_settings(cfg: Any, settings: list[Any]) -> str | None:
         return None
     shown = ", ".join(f"{s.value} tokens = {s.value / l_tr:.0f}x" for s in far)
     head = f"lengthx: task.settings: {shown} model.l_tr ({l_tr} tokens); the papers reach about 29x L_tr."
-    for key in ("num_topics", "num_lines"):  # their settings can only be tokens (lengthx.tasks.base.count_knob_problem)
+    for key in COUNT_KEYS.values():  # their settings can only be tokens (lengthx.tasks.base.count_knob_problem)
         if cfg.task.get(key) is not None:
             return f"{head} With task.{key} the settings are lengths in tokens: check the values"
     return (f"{head} If you meant the paper's characters of filler (or lines, topics), add task.unit="

@@ -35,7 +35,7 @@ from lengthx.tasks.lines import (
     line_index_vocabulary,
     random_line_indices,
 )
-from lengthx.tasks.lines_records import filled_body, most_sentences
+from lengthx.tasks.lines_records import fill_to, filled_body
 from lengthx.tasks.token_ids import IGNORE, IdBatch
 
 FORMS = ("benchmark", "one-piece")
@@ -116,7 +116,7 @@ def padded(tok: PreTrainedTokenizerFast, lines: list[str], header: str, question
     where = sorted(rng.random() for _ in lines)
     def build(m: int) -> str:
         return header + filled_body(lines, where, m) + question
-    return build(most_sentences(build, lambda p: len(tok(p)["input_ids"]), length))
+    return fill_to(build, lambda p: len(tok(p)["input_ids"]), length)[0]
 
 
 def form_capacity(tok: PreTrainedTokenizerFast, l_tr: int, form: str, fmt: str = "short", draws: int = 20) -> int:

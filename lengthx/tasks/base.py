@@ -155,14 +155,18 @@ def resolve_settings(task_cfg: Any, profile: str, l_tr: int) -> list[Setting]:
     return settings
 
 
+# the tasks whose records can hold a fixed count at token lengths: task name -> its count key (task.num_topics,
+# task.num_lines; docs/usage.md); the name is also the unit of a setting label's suffix (``256tokens-2lines``)
+COUNT_KEYS = {"topics": "num_topics", "lines": "num_lines"}
+
+
 def all_settings(task_cfg: Any, profile: str, l_tr: int) -> list[Setting]:
     """Every setting of the task's sweep, before ``task.only`` narrows it."""
     explicit = task_cfg.get("settings")
     if explicit:
         unit = task_cfg.get("unit") or "tokens"
         # topics or lines with a fixed count (task.num_topics, task.num_lines): its own column per count
-        counts = [f"-{task_cfg.get(key)}{noun}" for key, noun in (("num_topics", "topics"), ("num_lines", "lines"))
-                  if task_cfg.get(key) is not None]
+        counts = [f"-{task_cfg.get(key)}{noun}" for noun, key in COUNT_KEYS.items() if task_cfg.get(key) is not None]
         suffix = "".join(counts)
         return [Setting(explicit_label(int(v), unit) + suffix, int(v), unit) for v in explicit]
     labels = list(task_cfg.labels)

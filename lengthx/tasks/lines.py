@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from lengthx.data.fitting import bisect_largest, count_tokens
 from lengthx.data.provenance import SYNTHETIC, file_label
 from lengthx.tasks.base import Example, Setting, Task, count_knob_problem
-from lengthx.tasks.lines_records import depths, filled_body, most_sentences
+from lengthx.tasks.lines_records import depths, fill_to, filled_body
 from lengthx.tasks.longeval_testcases import read_testcases, testcase_path, testcases_problem
 from lengthx.tasks.metrics import lines_correct
 
@@ -375,11 +375,10 @@ class LinesTask(Task):
                 requested, case, where = setting.value, lines_case_at(self.num_lines, s, self.prompt_format), \
                     depths(self.num_lines, s)
                 try:
-                    sentences = most_sentences(partial(filled_prompt, case, where),
-                                               lambda p: count_tokens(tokenizer, p), requested)
+                    prompt, sentences = fill_to(partial(filled_prompt, case, where),
+                                                lambda p: count_tokens(tokenizer, p), requested)
                 except ValueError as err:
                     raise ValueError(f"task.num_lines={self.num_lines}, example {i}: {err}") from None
-                prompt = filled_prompt(case, where, sentences)
                 meta = {"filler_sentences": sentences, "query_depth": round(where[case.query], 4)}
             elif setting.unit == "tokens":
                 requested = setting.value

@@ -47,13 +47,15 @@ def filled_body(lines: list[str], where: list[float], sentences: int) -> str:
     return "".join(body)
 
 
-def most_sentences(prompt: Callable[[int], str], count: Callable[[str], int], target: int) -> int:
-    """The most whole filler sentences whose ``prompt(sentences)`` keeps within ``target`` tokens (``count``
-    counts a prompt's tokens with the model's tokenizer). ``ValueError`` when even ``prompt(0)`` does not fit."""
+def fill_to(prompt: Callable[[int], str], count: Callable[[str], int], target: int) -> tuple[str, int]:
+    """``prompt(m)`` at the most whole filler sentences ``m`` that keep it within ``target`` tokens (``count``
+    counts a prompt's tokens with the model's tokenizer), and ``m``. ``ValueError`` when even ``prompt(0)`` does not
+    fit."""
     need = count(prompt(0))
     if need > target:
         raise ValueError(f"the record without filler needs {need} tokens (header, lines, question), more than {target}")
     hi = 1
     while count(prompt(hi)) <= target:  # doubling: no sentence is shorter than one token
         hi *= 2
-    return bisect_largest(lambda s: count(prompt(s)) <= target, 0, hi)
+    m = bisect_largest(lambda s: count(prompt(s)) <= target, 0, hi)
+    return prompt(m), m
