@@ -20,6 +20,7 @@ from lengthx.tasks.lines import (
     LinesCase,
     LinesTask,
     case_seed,
+    draw_seed,
     filled_prompt,
     lines_case_at,
     lines_prompt,
@@ -94,7 +95,7 @@ def test_without_a_count_records_are_as_the_benchmark_builds_them(tok):
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["task.num_lines=12", "task.settings=[200]", "task.unit=tokens"], "draws 12 lines that need"),
+    (["task.num_lines=12", "task.settings=[200]", "task.unit=tokens"], "none of 200 draws of 12 lines fits 200"),
     (["task.num_lines=3"], "task.unit=lines settings"),
     (["task.num_lines=3", "task.unit=tokens"], "needs explicit lengths"),
     (["task.num_lines=0", "task.settings=[256]", "task.unit=tokens"], "not a count of lines"),
@@ -127,5 +128,52 @@ def test_the_format_reaches_the_prompt():
 
 def test_a_length_its_lines_do_not_fit_is_an_error_not_a_longer_record(tok):
     """Called past the run's checks (the Python API), a K that cannot fit L raises instead of passing L."""
-    with pytest.raises(ValueError, match=r"task.num_lines=12, example 0: the record without filler needs \d+ tokens"):
+    with pytest.raises(ValueError, match=r"task.num_lines=12, example 0: none of 200 draws of 12 lines fits 200 "
+                                         r"tokens without filler \(header, lines, question; the shortest needs \d+\)"):
         LinesTask(num_lines=12).examples(Setting("200", 200, "tokens"), tok, 1, seed=0)
+
+
+def _own_fits(tok, k: int, seed: int, i: int, length: int) -> bool:
+    return _tokens(tok, lines_case_at(k, case_seed(seed, i), "short").prompt) <= length
+
+
+def test_an_example_whose_lines_do_not_fit_is_drawn_again_the_same_at_every_length(tok):
+    """Near capacity (11 lines at L_tr = 256 in the short format) an example whose own lines do not fit is drawn
+    again until they fit L_tr, and is that one record at every length from L_tr up; the others are their own draw."""
+    task = LinesTask(prompt_format="short", num_lines=11)
+    task.set_training_length(256)
+    skipped = [i for i in range(40) if not _own_fits(tok, 11, 600, i, 256)]
+    assert skipped and len(skipped) < 10, skipped  # some, not most, of the own draws exceed L_tr
+    by_length = {L: task.examples(Setting(str(L), L, "tokens"), tok, 40, seed=600) for L in (256, 1024)}
+    for i, e in enumerate(by_length[256]):
+        lines = LINE.findall(e.prompt)
+        assert len(lines) == 11 and e.actual_tokens <= 256
+        draw = e.meta.get("redraws", 0)
+        assert (draw > 0) == (i in skipped)
+        assert lines == [(idx, str(n)) for idx, n in lines_case_at(11, draw_seed(case_seed(600, i), draw), "short").pairs]
+        far = by_length[1024][i]
+        assert LINE.findall(far.prompt) == lines and far.meta.get("redraws", 0) == draw
+        assert far.meta["query_position"] == e.meta["query_position"] and far.target == e.target
+    # without the model's L_tr (the Python API on a bare task) each length draws for itself: at 1024 every own fits
+    bare = LinesTask(prompt_format="short", num_lines=11).examples(Setting("1024", 1024, "tokens"), tok, 40, seed=600)
+    assert not any("redraws" in e.meta for e in bare)
+
+
+def test_a_count_no_l_tr_draw_holds_is_drawn_to_fit_its_setting(tok):
+    """13 lines never fit L_tr = 256 (short format); at 1024 they do, and such a run is not refused."""
+    task = LinesTask(prompt_format="short", num_lines=13)
+    task.set_training_length(256)
+    (e,) = task.examples(Setting("1024", 1024, "tokens"), tok, 1, seed=3)
+    assert len(LINE.findall(e.prompt)) == 13 and "redraws" not in e.meta and e.actual_tokens <= 1024
+
+
+def test_the_card_keeps_each_seeds_own_draw(tok):
+    """The lookup stand-in's padded held-out sets (lines-fill-n<K>) skip a seed whose own lines do not fit, as they
+    did when its bar was fixed, instead of taking the task's redraw."""
+    from lengthx.minis.retrieval_eval import lines_filled
+
+    got = lines_filled(tok, LinesTask(prompt_format="short", num_lines=12), 256, 3, seed=500_000)
+    seeds = [int(e.id.split("-")[0]) for e in got]
+    assert not any("redraws" in e.meta for e in got)
+    assert all(_own_fits(tok, 12, s, 0, 256) for s in seeds)
+    assert not any(_own_fits(tok, 12, s, 0, 256) for s in range(500_000, seeds[-1]) if s not in seeds)

@@ -57,13 +57,15 @@ def lines_exactly(tok: PreTrainedTokenizerFast, task: LinesTask, k: int, length:
 
 def lines_filled(tok: PreTrainedTokenizerFast, task: LinesTask, length: int, n: int, seed: int) -> list:
     """``n`` examples of ``task`` (a ``num_lines`` task) at ``length`` tokens, one per example seed from ``seed`` on,
-    those whose lines alone exceed ``length`` skipped."""
+    those whose own draw of lines alone exceeds ``length`` skipped (not redrawn, as the task would: the card's
+    sets stay those its bar was fixed on, docs/mini-t5-lookup.md)."""
     out: list = []
     for s in range(seed, seed + 100 * n):
         try:
-            out += task.examples(Setting(str(length), length, "tokens"), tok, 1, s)
-        except ValueError:  # this draw's lines do not fit: the next
+            drawn = task.examples(Setting(str(length), length, "tokens"), tok, 1, s)
+        except ValueError:  # no draw fits: the next seed
             continue
+        out += [e for e in drawn if not e.meta.get("redraws")]
         if len(out) == n:
             return out
     raise ValueError(f"records of {task.num_lines} lines rarely fit {length} tokens: found {len(out)} of {n}")

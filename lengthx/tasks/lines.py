@@ -301,6 +301,16 @@ def case_seed(seed: int, i: int) -> int:
     return seed * 1_000_003 + i
 
 
+# draws of an example's K lines tried before ``task.num_lines=K`` is refused as not fitting a setting
+MAX_DRAWS = 200
+
+
+def draw_seed(seed: int, draw: int) -> int:
+    """The case seed of draw ``draw`` of the example whose own seed is ``seed`` (draw 0: ``seed`` itself); distinct
+    from every :func:`case_seed` below 2^48."""
+    return seed + (draw << 48)
+
+
 def count_problem(task_cfg: Any, profile: str) -> str | None:
     """Why ``task.format`` / ``task.num_lines`` cannot run, or ``None``: :func:`lengthx.tasks.base.count_knob_problem`,
     and no more lines than the line-index vocabulary has distinct keys."""
@@ -329,6 +339,7 @@ class LinesTask(Task):
         self.max_new_tokens, self.prompt_format = max_new_tokens, prompt_format
         self.max_lines, self.num_lines = max_lines, num_lines
         self.testcases_dir, self.seed = testcases_dir, int(seed)
+        self.l_tr: int | None = None  # the model's, once known (set_training_length)
 
     @classmethod
     def from_config(cls, task_cfg: Any, profile: str = "mini") -> LinesTask:
@@ -372,14 +383,12 @@ class LinesTask(Task):
             if setting.unit == "lines":
                 case, requested = lines_case_at(setting.value, s, self.prompt_format), None
             elif setting.unit == "tokens" and self.num_lines is not None:
-                requested, case, where = setting.value, lines_case_at(self.num_lines, s, self.prompt_format), \
-                    depths(self.num_lines, s)
-                try:
-                    prompt, sentences = fill_to(partial(filled_prompt, case, where),
-                                                lambda p: count_tokens(tokenizer, p), requested)
-                except ValueError as err:
-                    raise ValueError(f"task.num_lines={self.num_lines}, example {i}: {err}") from None
-                meta = {"filler_sentences": sentences, "query_depth": round(where[case.query], 4)}
+                requested, where = setting.value, depths(self.num_lines, s)
+                case, draw = self.fitting_draw(tokenizer, s, requested, f"task.num_lines={self.num_lines}, example {i}")
+                prompt, sentences = fill_to(partial(filled_prompt, case, where),
+                                            lambda p: count_tokens(tokenizer, p), requested)
+                meta = {"filler_sentences": sentences, "query_depth": round(where[case.query], 4),
+                        **({"redraws": draw} if draw else {})}
             elif setting.unit == "tokens":
                 requested = setting.value
                 case = fit_lines_case(s, lambda p: count_tokens(tokenizer, p), requested, self.max_lines,
@@ -392,21 +401,43 @@ class LinesTask(Task):
                                 "query_position": case.query, **meta}))
         return out
 
+    def set_training_length(self, l_tr: int) -> None:
+        """The model's L_tr: ``num_lines`` records are drawn to fit it (:meth:`fitting_draw`)."""
+        self.l_tr = int(l_tr)
+
+    def fitting_draw(self, tokenizer: PreTrainedTokenizerBase, seed: int, target: int, who: str) -> tuple[LinesCase, int]:
+        """The example's case at a setting of ``target`` tokens, and its draw's number: the first of its draws
+        (:func:`draw_seed` of its own ``seed``; draw 0 is its own) whose ``num_lines`` lines fit, without filler,
+        the smaller of ``target`` and the model's L_tr; where no draw of :data:`MAX_DRAWS` fits L_tr (more lines than
+        it holds), the first that fits ``target``. An example whose own lines fit is used as drawn, and wherever K
+        lines fit L_tr, example i is the same draw at every length from L_tr up (docs/usage.md, ``task.num_lines``).
+        ``ValueError`` naming ``who`` when no draw fits ``target``."""
+        need = None
+        for fit in dict.fromkeys((min(target, self.l_tr or target), target)):
+            for draw in range(MAX_DRAWS):
+                case = lines_case_at(int(self.num_lines), draw_seed(seed, draw), self.prompt_format)
+                tokens = count_tokens(tokenizer, case.prompt)
+                if tokens <= fit:
+                    return case, draw
+                need = tokens if need is None else min(need, tokens)
+        raise ValueError(f"{who}: none of {MAX_DRAWS} draws of {self.num_lines} lines fits {target} tokens without "
+                         f"filler (header, lines, question; the shortest needs {need}). Fix: a setting of at least "
+                         "that many tokens, or a smaller task.num_lines")
+
     def count_problem_at(self, tokenizer: PreTrainedTokenizerBase, target: int,
                          draws: tuple[int, int] | None = None) -> str | None:
-        """Why ``num_lines`` lines may not fit ``target`` tokens, or ``None``: the first ``n`` cases of ``seed``
-        (``draws`` = (seed, n); without it, the first 50 of the task's seed), each without filler, as a run builds
-        them."""
+        """Why ``num_lines`` lines cannot fit ``target`` tokens, or ``None``: the first ``n`` examples of ``seed``
+        (``draws`` = (seed, n); without it, the first 50 of the task's seed), each needing a draw that fits without
+        filler (:meth:`fitting_draw`), as a run builds them."""
         if self.num_lines is None:
             return None
         seed, n = draws or (self.seed, 50)
-        for i in range(n):
-            case = lines_case_at(self.num_lines, case_seed(seed, i), self.prompt_format)
-            need = count_tokens(tokenizer, case.prompt)
-            if need > target:
-                return (f"task.num_lines={self.num_lines}: example {i} of task.seed={seed} draws {self.num_lines} "
-                        f"lines that need {need} tokens (header, lines, question) but task.settings has {target}. "
-                        "Fix: a setting of at least that many tokens, another task.seed, or a smaller task.num_lines")
+        try:
+            for i in range(n):
+                self.fitting_draw(tokenizer, case_seed(seed, i), target,
+                                  f"task.num_lines={self.num_lines}: example {i} of task.seed={seed}")
+        except ValueError as err:
+            return str(err)
         return None
 
     def _released_examples(self, path: Path, tokenizer: PreTrainedTokenizerBase, n: int, seed: int) -> list[Example]:
