@@ -412,14 +412,15 @@ class LinesTask(Task):
         it holds), the first that fits ``target``. An example whose own lines fit is used as drawn, and wherever K
         lines fit L_tr, example i is the same draw at every length from L_tr up (docs/usage.md, ``task.num_lines``).
         ``ValueError`` naming ``who`` when no draw fits ``target``."""
-        need = None
+        drawn: list[tuple[LinesCase, int]] = []  # (case, its tokens without filler) of each draw tried so far
         for fit in dict.fromkeys((min(target, self.l_tr or target), target)):
             for draw in range(MAX_DRAWS):
-                case = lines_case_at(int(self.num_lines), draw_seed(seed, draw), self.prompt_format)
-                tokens = count_tokens(tokenizer, case.prompt)
-                if tokens <= fit:
-                    return case, draw
-                need = tokens if need is None else min(need, tokens)
+                if draw == len(drawn):
+                    case = lines_case_at(int(self.num_lines), draw_seed(seed, draw), self.prompt_format)
+                    drawn.append((case, count_tokens(tokenizer, case.prompt)))
+                if drawn[draw][1] <= fit:
+                    return drawn[draw][0], draw
+        need = min(tokens for _, tokens in drawn)
         raise ValueError(f"{who}: none of {MAX_DRAWS} draws of {self.num_lines} lines fits {target} tokens without "
                          f"filler (header, lines, question; the shortest needs {need}). Fix: a setting of at least "
                          "that many tokens, or a smaller task.num_lines")
