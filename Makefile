@@ -301,7 +301,7 @@ mini-t5-lookup-report: install
 		--n 100 --forms one-piece benchmark --out results/mini-t5-lookup/attention.md --cache results/mini-t5-lookup/shares
 	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/studies/lookup_filled.py $(LOOKUP_SNAPS)/warm/step-20000 \
 		$(foreach s,16000 18000 20000,$(LOOKUP_SNAPS)/scratch/step-$(s)) $(sort $(wildcard $(LOOKUP_SNAPS)/scratch_more/step-* $(LOOKUP_SNAPS)/fill/step-*)) \
-		--counts 2 6 10 11 --n 50 --out results/mini-t5-lookup/filled.md
+		--counts 2 6 10 11 12 --n 50 --out results/mini-t5-lookup/filled.md
 
 mini-t5-lm-study: install
 	$(LX) train-mini recipe=t5_lm out=runs/mini-t5-lm-h8 heads=8 steps=2000 snapshots=1000 export=runs/mini-t5-lm-h8/export

@@ -9,7 +9,7 @@ variant (``<store>/<variant>/``: a finished cell is not run again, a new snapsho
 writes the table: accuracy with its 95% Wilson interval per snapshot and K.
 
     .venv/bin/python scripts/studies/lookup_filled.py results/mini-t5-lookup/snapshots/scratch_more/step-* \\
-        --counts 2 6 10 11 --n 50 --out results/mini-t5-lookup/filled.md
+        --counts 2 6 10 11 12 --n 50 --out results/mini-t5-lookup/filled.md
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def table(snapshots: list[Path], counts: list[int], store_dir: Path) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("snapshots", nargs="+", type=Path)
-    p.add_argument("--counts", nargs="+", type=int, default=[2, 6, 10, 11])
+    p.add_argument("--counts", nargs="+", type=int, default=[2, 6, 10, 11, 12])
     p.add_argument("--n", type=int, default=50)
     p.add_argument("--store", type=Path, default=Path("results/mini-t5-lookup/filled"))
     p.add_argument("--out", type=Path)
