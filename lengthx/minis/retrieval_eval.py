@@ -8,9 +8,10 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerFast, T5ForConditionalGeneration
 
+from lengthx.data.fitting import count_tokens
 from lengthx.minis.retrieval_data import TASKS
 from lengthx.tasks.base import Setting
-from lengthx.tasks.lines import LinesTask
+from lengthx.tasks.lines import LinesTask, case_seed, lines_case_at
 from lengthx.tasks.passkey import PasskeyTask
 from lengthx.tasks.topics import TopicsTask
 
@@ -61,11 +62,10 @@ def lines_filled(tok: PreTrainedTokenizerFast, task: LinesTask, length: int, n: 
     sets stay those its bar was fixed on, docs/mini-t5-lookup.md)."""
     out: list = []
     for s in range(seed, seed + 100 * n):
-        try:
-            drawn = task.examples(Setting(str(length), length, "tokens"), tok, 1, s)
-        except ValueError:  # no draw fits: the next seed
+        own = lines_case_at(int(task.num_lines), case_seed(s, 0), task.prompt_format)
+        if count_tokens(tok, own.prompt) > length:  # its own draw does not fit: the next seed
             continue
-        out += [e for e in drawn if not e.meta.get("redraws")]
+        out += task.examples(Setting(str(length), length, "tokens"), tok, 1, s)
         if len(out) == n:
             return out
     raise ValueError(f"records of {task.num_lines} lines rarely fit {length} tokens: found {len(out)} of {n}")
