@@ -143,3 +143,45 @@ def test_out_of_the_box_rope_breaks_past_l_t_but_interpolated_ape_and_alibi_do_n
         ratio[model] = ppl(loaded, lengths, task, 640) / ppl(loaded, lengths, task, 128)
     assert ratio["pythia-160m"] > 1.6, ratio  # RoPE past its training length
     assert ratio["gpt2"] < 1.25 and ratio["bloom-1b1"] < 1.1, ratio  # APE interpolated 128 -> 640; ALiBi
+
+
+def _two_minis(tmp_path: Path) -> None:
+    """mini-a (a T5 stand-in that hands lines to mini-b) and mini-b, each with a checkpoint directory."""
+    for name in ("a", "b"):
+        (tmp_path / f"ckpt-{name}").mkdir()
+    (tmp_path / "mini-a.yaml").write_text(f"name: mini-a\npath: {tmp_path / 'ckpt-a'}\nfamily: t5\nl_tr: 256\n"
+                                          "trained_by: make a\ntopics_format: short\ntask_minis:\n  lines: mini-b\n")
+    (tmp_path / "mini-b.yaml").write_text(f"name: mini-b\npath: {tmp_path / 'ckpt-b'}\nfamily: t5\nl_tr: 128\n"
+                                          "trained_by: make b\nlines_format: short\n")
+
+
+def _cfg(tmp_path: Path, model: str, task: str, path: str | None = None):
+    entry = {"name": model, "path": path, "family": "t5", "l_tr": 512}
+    if model.startswith("mini-"):
+        entry["trained_by"] = "make a"
+    else:
+        entry["mini"] = "mini-a"
+    return OmegaConf.create({"profile": {"name": "mini"}, "task": {"name": task}, "model": entry})
+
+
+@pytest.mark.parametrize("model", ["flan-t5-large", "mini-a"])
+def test_a_mini_hands_a_task_to_the_stand_in_that_does_it(tmp_path, monkeypatch, model):
+    """``task_minis`` of the mini (docs/mini-t5-lookup.md, GO): lines run on mini-b, in its format and at its L_tr;
+    every other task stays on mini-a; the row keeps the model's name."""
+    _two_minis(tmp_path)
+    monkeypatch.setattr(minis, "CONF_MODEL_DIR", tmp_path)
+    own_path = str(tmp_path / "ckpt-a") if model == "mini-a" else None
+    lines = apply_profile(_cfg(tmp_path, model, "lines", own_path)).model
+    assert (lines.name, lines.path, lines.l_tr, lines.mini) == (model, str(tmp_path / "ckpt-b"), 128, "mini-b")
+    assert lines.lines_format == "short"
+    topics = apply_profile(_cfg(tmp_path, model, "topics", own_path)).model
+    assert Path(topics.path) == tmp_path / "ckpt-a" and topics.get("lines_format") is None
+    assert minis.task_minis("mini-a") == {"lines": "mini-b"} and minis.task_minis("mini-b") == {}
+
+
+def test_an_explicit_path_is_never_handed_on(tmp_path, monkeypatch):
+    """A snapshot measured by a study (``model=mini-a model.path=DIR``) runs as itself on every task."""
+    _two_minis(tmp_path)
+    monkeypatch.setattr(minis, "CONF_MODEL_DIR", tmp_path)
+    cfg = apply_profile(_cfg(tmp_path, "mini-a", "lines", "/a/snapshot")).model
+    assert cfg.path == "/a/snapshot" and cfg.get("lines_format") is None and cfg.l_tr == 512

@@ -6,6 +6,12 @@ mini profile the paper model keeps its name (so results land in its table rows) 
 weights and training length: ``model=gpt2`` runs mini-gpt2 at L_t = 128, and task lengths that scale with
 L_tr scale with the mini's. An explicit ``model.path=`` always wins; other profiles are untouched. ``model=hf``
 (your own checkpoint, :mod:`lengthx.models.own`) is resolved from its checkpoint here and never mapped.
+
+A mini may hand some tasks to another shipped mini that does them at its training length: ``task_minis: {lines:
+mini-t5-lookup}`` in ``conf/model/mini-t5.yaml`` runs ``task=lines`` of ``model=flan-t5-large`` (or of
+``model=mini-t5`` itself, at its configured path) on the lookup stand-in (docs/mini-t5-lookup.md); the row keeps
+the model's name, and each table's caption names the stand-in that computed the task's cells
+(:func:`task_minis`).
 """
 
 from __future__ import annotations
@@ -33,11 +39,32 @@ def mini_config(name: str) -> Any:
     return cfg
 
 
+def task_minis(mini: str) -> dict[str, str]:
+    """``task -> mini``: the tasks the shipped mini ``mini`` hands to another shipped mini (its ``task_minis``)."""
+    return {str(k): str(v) for k, v in (mini_config(mini).get("task_minis") or {}).items()}
+
+
+def _stand_in(model: Any, task: str | None) -> str | None:
+    """The shipped mini that runs ``model`` on ``task`` in the mini profile, or ``None`` where the model is not
+    mapped: a paper model runs as its ``mini:`` entry, a shipped mini at its configured path as itself, and either
+    as the mini its ``task_minis`` names for ``task``. An explicit ``model.path=`` is never mapped."""
+    if model.get("path"):
+        if not model.get("trained_by") or str(model.path) != str(mini_config(str(model.name)).path):
+            return None
+        mini = str(model.name)
+    elif model.get("mini"):
+        mini = str(model.mini)
+    else:
+        return None
+    return task_minis(mini).get(str(task), mini)
+
+
 def apply_profile(cfg: Any) -> Any:
     """Map ``cfg.model`` onto its shipped mini when the profile is ``mini`` and no ``model.path`` is given.
 
-    Sets ``model.path``, ``model.l_tr``, the stand-in's ``topics_format`` where it has one, and ``model.mini``
-    (the stand-in's name) in place and returns ``cfg``.
+    Sets ``model.path``, ``model.l_tr``, the stand-in's ``topics_format`` and ``lines_format`` where it has them,
+    and ``model.mini`` (the stand-in's name) in place and returns ``cfg``; a task the mini hands to another stand-in
+    (``task_minis``) takes that stand-in's instead.
     A missing checkpoint is an error naming the script that trains it. ``model=hf`` takes its family, L_tr and
     name from its checkpoint instead (:func:`lengthx.models.own.resolve_own_model`).
     """
@@ -48,22 +75,28 @@ def apply_profile(cfg: Any) -> Any:
     if name == "paper" and model is not None and model.get("trained_by"):
         raise UsageError(f"profile=paper runs the papers' models, and model={model.name} is a shipped mini: name "
                          "one (model=flan-t5-xl, model=gpt2, … see `lengthx ls`), or run the mini with profile=mini")
-    if name != "mini" or model is None or model.get("path") or not model.get("mini"):
+    if name != "mini" or model is None:
         return cfg
-    mini = mini_config(str(model.mini))
+    task = cfg.get("task")
+    stand_in = _stand_in(model, task.get("name") if task is not None else None)
+    if stand_in is None or (model.get("path") and stand_in == model.name):
+        return cfg
+    mini = mini_config(stand_in)
     if not Path(str(mini.path)).is_dir():
         raise ValueError(
-            f"profile=mini runs model={model.name} as {model.mini}, whose checkpoint {mini.path} is missing; "
+            f"profile=mini runs model={model.name} as {stand_in}, whose checkpoint {mini.path} is missing; "
             f"train it ({mini.get('trained_by', 'see its model card')}) or pass model.path=DIR"
         )
     with open_dict(model):
         model.path = str(mini.path)
         model.l_tr = int(mini.l_tr)
-        if mini.get("topics_format"):  # the prompt format the stand-in was trained in (task.format follows it)
-            model.topics_format = str(mini.topics_format)
+        model.mini = stand_in
+        for key in ("topics_format", "lines_format"):  # the prompt format the stand-in was trained in (task.format)
+            if mini.get(key):
+                model[key] = str(mini[key])
         if model.family != mini.family:
-            raise ValueError(f"model {model.name} (family {model.family}) cannot stand in as {model.mini} "
-                             f"(family {mini.family}); fix its `mini:` entry in conf/model/{model.name}.yaml")
+            raise ValueError(f"model {model.name} (family {model.family}) cannot stand in as {stand_in} "
+                             f"(family {mini.family}); fix its `mini:` or `task_minis:` entry in conf/model/")
     return cfg
 
 

@@ -37,19 +37,29 @@ def run(snapshot: Path, k: int, n: int, store: Path) -> None:
             raise SystemExit(f"lookup_filled: {snapshot} at K={k} failed (exit {stop.code})") from None
 
 
+def padded(store_dir: Path, snapshot: Path, k: int) -> tuple[float, int] | None:
+    """A snapshot's accuracy (%) and record count on K lines padded to L_tr at :data:`SEED`, from its variant's
+    store under ``store_dir``, or ``None`` where that cell was not run."""
+    store = store_dir / snapshot.parent.name
+    if not (store / "results.csv").is_file():
+        return None
+    res = read_results(store)
+    hit = res[(res["metric"] == "accuracy") & (res["model"] == snapshot.name) & (res["seed"] == SEED)
+              & (res["setting"] == f"{L_TR}tokens-{k}lines")]
+    return None if hit.empty else (float(hit["value"].iloc[0]), int(hit["n"].iloc[0]))
+
+
 def table(snapshots: list[Path], counts: list[int], store_dir: Path) -> str:
     """One row per snapshot: accuracy [95% interval] at each K, from the stores."""
     rows = ["| snapshot | " + " | ".join(f"{k} lines" for k in counts) + " |", "|---|" + "---|" * len(counts)]
     for snap in snapshots:
-        res = read_results(store_dir / snap.parent.name)
-        res = res[(res["metric"] == "accuracy") & (res["model"] == snap.name) & (res["seed"] == SEED)]
         cells = []
         for k in counts:
-            hit = res[res["setting"] == f"{L_TR}tokens-{k}lines"]
-            if hit.empty:
+            hit = padded(store_dir, snap, k)
+            if hit is None:
                 cells.append("")
                 continue
-            value, size = float(hit["value"].iloc[0]), int(hit["n"].iloc[0])
+            value, size = hit
             lo, hi = wilson_ci(round(value * size / 100), size)
             cells.append(f"{value:.0f}% [{100 * lo:.0f}, {100 * hi:.0f}]")
         rows.append(f"| {snap.parent.name}/{snap.name} | " + " | ".join(cells) + " |")

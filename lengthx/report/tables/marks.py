@@ -6,6 +6,8 @@
   there is below :data:`L_TR_BAR`, the caption says the model does not do the task at L_tr, so its columns say
   nothing about τ: a zero past L_tr is then a model that never learned, not one that fell. Temperature tables
   (τ is 1 at L_tr) get the caption only.
+- **A task handed to another stand-in.** Where a shipped mini hands a task to another (``task_minis``,
+  :mod:`lengthx.models.minis`), the caption names the stand-in that computed that task's cells of its rows.
 - **Stale cells** (:mod:`lengthx.core.currency`): computed for a checkpoint, prompt or config that has changed
   since; marked :data:`STALE_MARK`, never shown as if current.
 """
@@ -17,6 +19,7 @@ from dataclasses import replace
 
 import pandas as pd
 
+from lengthx.models.minis import mini_config, task_minis
 from lengthx.report.tables.entries import STALE_MARK, Entry
 from lengthx.report.tables.spec import Column, TableSpec
 
@@ -107,6 +110,24 @@ def l_tr_notes(spec: TableSpec, ok: pd.DataFrame, intervals: dict, models: list[
     return out
 
 
+def handed_on_notes(spec: TableSpec, ok: pd.DataFrame, models: list[str],
+                    info: dict[str, dict[str, str]]) -> list[str]:
+    """One caption line per shipped mini of the table and task of its columns that the mini hands to another
+    stand-in (``task_minis``), where the table holds that mini's rows of the task."""
+    out: list[str] = []
+    tasks = dict.fromkeys(c.task for c in spec.columns)
+    for model in models:
+        if not info.get(model, {}).get("stand_in"):
+            continue
+        for task, other in task_minis(model).items():
+            if task in tasks and not ok.empty and ((ok["model"] == model) & (ok["task"] == task)).any():
+                cfg = mini_config(other)
+                out.append(f"{info[model].get('display', model)}'s {task} cells are computed by the stand-in that "
+                           f"does {task} at L_tr, {cfg.get('display', other)} (conf/model/{other}.yaml): "
+                           f"{cfg.get('description', '')}.")
+    return out
+
+
 def mark_stale(cells: list[Entry], spec: TableSpec, model: str, method: str,
                stale: set[str] | frozenset[str]) -> None:
     """Mark the cells of one row whose cell key is in ``stale`` (:data:`STALE_MARK`)."""
@@ -118,8 +139,9 @@ def mark_stale(cells: list[Entry], spec: TableSpec, model: str, method: str,
 
 def notes_for(spec: TableSpec, ok: pd.DataFrame, intervals: dict, models: list[str], info: dict[str, dict[str, str]],
               body: list[tuple[str, list[Entry], bool]]) -> list[str]:
-    """The captions of this module for one rendered table: L_tr, then the stale note where a cell is marked."""
-    out = l_tr_notes(spec, ok, intervals, models, info)
+    """The captions of this module for one rendered table: the stand-ins tasks are handed to, L_tr, then the stale
+    note where a cell is marked."""
+    out = handed_on_notes(spec, ok, models, info) + l_tr_notes(spec, ok, intervals, models, info)
     if any(e.stale for _, cells, _ in body for e in cells):
         out.append(STALE_NOTE)
     return out

@@ -1,0 +1,97 @@
+"""scripts/studies/study_mini_t5_lines.py: the lookup stand-in's selection rule (docs/mini-t5-lookup.md, "Selection
+rule" and "The GO check in the rule") over the study's variants, and the lines study's variants."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import load_script
+
+from lengthx.core.store import ResultsStore
+
+
+def _script():
+    return load_script("scripts/studies/study_mini_t5_lines.py")
+
+
+def _snapshot(root: Path, variant: str, step: int, gate: bool, **final: float) -> None:
+    d = root / "snapshots" / variant / f"step-{step:05d}"
+    d.mkdir(parents=True)
+    (d / "curve.json").write_text(json.dumps({"final": {f"{k.replace('_', '-')}@256": v for k, v in final.items()}}))
+    status = "meets the retrieval bar" if gate else "does NOT meet the retrieval bar"
+    (d / "README.md").write_text(f"# mini-t5 — {status} at L_tr (…)\n")
+
+
+def _padded(root: Path, variant: str, step: int, **by_k: float) -> None:
+    """The padded check's cells (scripts/studies/lookup_filled.py): task seed 600, 50 records, K lines at 256."""
+    store = ResultsStore(root / "filled" / variant)
+    for k, value in by_k.items():
+        cell = f"step-{step:05d}|none|lines|256tokens-{k[1:]}lines"
+        row = {"paper": "A", "table": "4", "model": f"step-{step:05d}", "method": "none", "task": "lines",
+               "setting": f"256tokens-{k[1:]}lines", "metric": "accuracy", "value": value, "n": 50, "tau": 1.0,
+               "L_tr": 256, "seed": 600, "status": "ok", "cell": cell, "config_hash": f"h{k}{step}-{value}",
+               "timestamp": "2026-11-30T00:00:00", "data": "synthetic"}
+        assert store.append_rows([row], cell, f"h{k}{step}-{value}")
+
+
+@pytest.fixture
+def lookup(tmp_path, monkeypatch):
+    s = _script()
+    monkeypatch.setattr(s, "FILLED", tmp_path / "filled")
+    for variant in ("warm", "pieces", "pieces_more", "scratch"):
+        _snapshot(tmp_path, variant, 20_000, gate=False)  # the four that ended their budgets without the gate
+    return s, tmp_path
+
+
+def test_the_rule_waits_for_an_earlier_variant_to_end_or_pass(lookup):
+    s, root = lookup
+    _snapshot(root, "scratch_more", 16_000, gate=False)
+    _snapshot(root, "fill", 10_000, gate=True)  # F passes, but S+ comes first and may still pass
+    picked, why = s.select(s.snapshots(root))
+    assert picked is None and "scratch_more" in why and "step 16000" in why
+    _snapshot(root, "scratch_more", 20_000, gate=False)
+    picked, why = s.select(s.snapshots(root))
+    assert picked.name == "fill/step-10000" and "earliest snapshot at its gate" in why
+
+
+def test_a_gate_without_padded_records_needs_the_padded_check(lookup):
+    """S+ at its gate picks only with ≥ 85% at 2, 11 and 12 lines padded to L_tr; short of it, S+ ends without a
+    pick (its trainer stopped at the gate) and the rule goes on to F."""
+    s, root = lookup
+    _snapshot(root, "scratch_more", 18_000, gate=True)
+    _snapshot(root, "fill", 10_000, gate=True)
+    _padded(root, "scratch_more", 18_000, k2=96.0, k11=88.0, k12=80.0)  # 12 lines below 85%
+    assert s.select(s.snapshots(root))[0].name == "fill/step-10000"
+    _padded(root, "scratch_more", 18_000, k12=86.0)  # measured again (a newer row of the cell): at the bar
+    picked, why = s.select(s.snapshots(root))
+    assert picked.name == "scratch_more/step-18000" and "padded check" in why
+
+
+def test_no_pick_after_every_budget_is_a_no_go(lookup):
+    s, root = lookup
+    for variant in ("scratch_more", "fill"):
+        _snapshot(root, variant, 20_000, gate=False)
+    picked, why = s.select(s.snapshots(root))
+    assert picked is None and why.startswith("NO-GO")
+
+
+def test_a_matched_count_is_measured_past_l_tr_only_where_its_padded_records_are_handled(lookup, capsys):
+    """The matched-count variants speak through the padded sets (F's card has them; another variant's snapshot
+    through its padded check), the benchmark's records through lines@256."""
+    import argparse
+
+    s, root = lookup
+    _snapshot(root, "fill", 10_000, gate=True, lines=92.0, lines_fill_n2=98.0, lines_fill_n6=84.0, lines_fill_n11=94.0)
+    snap = s.snapshots(root)[-1]
+    args = argparse.Namespace(results=str(root / "study"), lengths=[1024], variants=["lines K=6"], examples=2,
+                              methods=["none", "pmax"], calibration=1, device="cpu")
+    s.study_cells.measure(s.DESIGN, snap, args)  # would load the (absent) model were the cell not skipped
+    assert "lines K=6 not measured past L_tr (card 84% < 90% at L_tr)" in capsys.readouterr().out
+    assert [v.label(1024) for v in s.VARIANTS] == ["1024tokens-2lines", "1024tokens-6lines", "1024tokens-11lines",
+                                                    "1024tokens"]
+    _snapshot(root, "scratch_more", 18_000, gate=True)
+    _padded(root, "scratch_more", 18_000, k11=91.0)
+    other = next(x for x in s.snapshots(root) if x.variant == "scratch_more")
+    assert other.held_out("lines-fill-n11") == 91.0 and other.held_out("lines-fill-n2") == 0.0
