@@ -89,9 +89,25 @@ def test_a_matched_count_is_measured_past_l_tr_only_where_its_padded_records_are
                               methods=["none", "pmax"], calibration=1, device="cpu")
     s.study_cells.measure(s.DESIGN, snap, args)  # would load the (absent) model were the cell not skipped
     assert "lines K=6 not measured past L_tr (card 84% < 90% at L_tr)" in capsys.readouterr().out
-    assert [v.label(1024) for v in s.VARIANTS] == ["1024tokens-2lines", "1024tokens-6lines", "1024tokens-11lines",
-                                                    "1024tokens"]
+    assert [v.label(1024) for v in s.VARIANTS if v.task == "lines"] == [
+        "1024tokens-2lines", "1024tokens-6lines", "1024tokens-11lines", "1024tokens"]
     _snapshot(root, "scratch_more", 18_000, gate=True)
     _padded(root, "scratch_more", 18_000, k11=91.0)
     other = next(x for x in s.snapshots(root) if x.variant == "scratch_more")
     assert other.held_out("lines-fill-n11") == 91.0 and other.held_out("lines-fill-n2") == 0.0
+
+
+def test_mdqa_and_code_key_are_measured_at_l_tr_only(lookup):
+    """The other key tasks: on the same snapshot at L_tr, every method, and never past it (no card set speaks for
+    them, docs/mini-t5-lookup.md, "The lines study, fixed")."""
+    import argparse
+
+    s, root = lookup
+    _snapshot(root, "fill", 10_000, gate=True, lines=92.0)
+    snap = s.snapshots(root)[-1]
+    args = argparse.Namespace(results=str(root / "study"), lengths=[256, 1024], variants=["mdqa", "code key"],
+                              examples=2, methods=["none", "log", "pmax", "entropy"], calibration=1, device="cpu")
+    plan = s.study_cells.planned(s.DESIGN, snap, args)
+    assert [(c.task.name, c.method.name, list(c.task.settings)) for c in plan] == [
+        (t, m, [256]) for t in ("mdqa", "code_key") for m in ("none", "log", "pmax", "entropy")]
+    assert {c.model.path for c in plan} == {str(snap.path)} and {c.task.unit for c in plan} == {"tokens"}
