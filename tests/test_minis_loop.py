@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from pathlib import Path
@@ -44,9 +43,9 @@ class Toy:
         if self.stop_at is not None and loop.step == self.stop_at:
             loop.state["stopped"] = "asked"
         at, signums = self.signals
-        if loop.step == at:  # as ``kill`` sends them, mid-step
-            for signum in signums:
-                os.kill(os.getpid(), signum)
+        if loop.step == at:  # as ``kill`` sends them, mid-step; raised in this thread, so that no other thread of
+            for signum in signums:  # the process (xdist's, torch's) takes one and delays its handler past the step
+                signal.raise_signal(signum)
             loop.state["curve"][-1]["after_the_signals"] = True  # the rest of the step is done
 
     def state_parts(self) -> dict[str, Any]:
