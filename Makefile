@@ -8,7 +8,7 @@ export TOKENIZERS_PARALLELISM := false
 # The suite runs in one process per core (pytest-xdist, at most 4), each test file in one of them, one thread each.
 PYTEST_PARALLEL ?= -n auto --maxprocesses 4 --dist loadfile
 
-.PHONY: gpu-study-carry gpu-lookup-carry install test test-artifacts test-slurm test-fast test-triton demo bench gpu-wheels bench-gpu tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5 mini-t5-lm mini-t5-lm-study mini-t5-study mini-t5-counts-study mini-t5-lookup-study mini-t5-lookup-report lint clean
+.PHONY: gpu-study-carry gpu-lookup-carry install test test-artifacts test-slurm test-fast test-triton demo bench gpu-wheels bench-gpu tables reproduce-mini reproduce-mini-a reproduce-mini-b reproduce-all mini-t5 mini-t5-lm mini-t5-lm-study mini-t5-study mini-t5-counts-study mini-t5-lines-study mini-t5-lookup-study mini-t5-lookup-report lint clean
 
 install: $(VENV)/.installed
 
@@ -302,6 +302,13 @@ mini-t5-lookup-report: install
 	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/studies/lookup_filled.py $(LOOKUP_SNAPS)/warm/step-20000 \
 		$(foreach s,16000 18000 20000,$(LOOKUP_SNAPS)/scratch/step-$(s)) $(sort $(wildcard $(LOOKUP_SNAPS)/scratch_more/step-* $(LOOKUP_SNAPS)/fill/step-*)) \
 		--counts 2 6 10 11 12 --n 50 --out results/mini-t5-lookup/filled.md
+
+# The lookup stand-in's lines study (docs/mini-t5-lookup.md, "The lines study, fixed"): the snapshot the selection
+# rule picks (`study_mini_t5_lines.py --pick` says which, or which variant it waits for), measured with the harness
+# at L_tr, ~4x, ~10x and 29x (resumable), then results/mini-t5-lines/study.md and headline.md; replications owed:
+# `study_mini_t5_lines.py --owed`, then `--replicate SPEC…`.
+mini-t5-lines-study: install
+	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/studies/study_mini_t5_lines.py
 
 mini-t5-lm-study: install
 	$(LX) train-mini recipe=t5_lm out=runs/mini-t5-lm-h8 heads=8 steps=2000 snapshots=1000 export=runs/mini-t5-lm-h8/export
