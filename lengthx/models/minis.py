@@ -49,7 +49,8 @@ def _stand_in(model: Any, task: str | None) -> str | None:
     mapped: a paper model runs as its ``mini:`` entry, a shipped mini at its configured path as itself, and either
     as the mini its ``task_minis`` names for ``task``. An explicit ``model.path=`` is never mapped."""
     if model.get("path"):
-        if not model.get("trained_by") or str(model.path) != str(mini_config(str(model.name)).path):
+        own = CONF_MODEL_DIR / f"{model.name}.yaml"
+        if not model.get("trained_by") or not own.is_file() or str(model.path) != str(mini_config(str(model.name)).path):
             return None
         mini = str(model.name)
     elif model.get("mini"):
