@@ -32,7 +32,9 @@ EVENTS = {"warm": ((4_000, "resumed from resume.pt"),),
           "scratch": ((1_605, "resumed from resume.pt"), (19_538, "resumed from resume.pt")),
           "pieces_more": ((10_355, "resumed from resume.pt"), (14_525, "on a GPU from resume.pt"),
                           (16_332, "on a GPU from resume.pt"), (19_593, "back on the CPU from resume.pt")),
-          "scratch_more": ((4_700, "on a GPU from resume.pt"), (6_918, "back on the CPU from resume.pt"))}
+          "scratch_more": ((4_700, "on a GPU from resume.pt"), (6_918, "back on the CPU from resume.pt"),
+                           (16_620, "resumed from resume.pt")),
+          "fill": ((8_706, "resumed from resume.pt"),)}
 
 
 def read(train_dir: Path) -> dict[str, list[dict]]:
