@@ -97,7 +97,7 @@ def test_a_matched_count_is_measured_past_l_tr_only_where_its_padded_records_are
     assert other.held_out("lines-fill-n11") == 91.0 and other.held_out("lines-fill-n2") == 0.0
 
 
-def test_mdqa_and_code_key_are_measured_at_l_tr_only(lookup):
+def test_mdqa_and_code_key_are_measured_at_l_tr_only(lookup, capsys):
     """The other key tasks: on the same snapshot at L_tr, every method, and never past it (no card set speaks for
     them, docs/mini-t5-lookup.md, "The lines study, fixed")."""
     import argparse
@@ -111,3 +111,4 @@ def test_mdqa_and_code_key_are_measured_at_l_tr_only(lookup):
     assert [(c.task.name, c.method.name, list(c.task.settings)) for c in plan] == [
         (t, m, [256]) for t in ("mdqa", "code_key") for m in ("none", "log", "pmax", "entropy")]
     assert {c.model.path for c in plan} == {str(snap.path)} and {c.task.unit for c in plan} == {"tokens"}
+    assert "card" not in capsys.readouterr().out  # no card set measures them: none is claimed

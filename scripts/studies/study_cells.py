@@ -52,11 +52,11 @@ class Snap(Protocol):
 @dataclass(frozen=True)
 class Variant:
     """A row group of a study: a task and its overrides, a fixed count or none (the benchmark's records), the
-    card's held-out set at L_tr that speaks for it and that set's bar."""
+    card's held-out set at L_tr that speaks for it and that set's bar (no set: measured at L_tr only)."""
 
     name: str
     overrides: tuple[str, ...]
-    card_set: str
+    card_set: str | None
     bar: float
     count: int | None = None
 
@@ -88,7 +88,7 @@ class Design:
 
 def handled(snap: Snap, variant: Variant) -> bool:
     """Whether the snapshot handles the variant's structure at L_tr: its card's set at the variant's bar."""
-    return snap.held_out(variant.card_set) >= variant.bar
+    return variant.card_set is not None and snap.held_out(variant.card_set) >= variant.bar
 
 
 # ---- measuring ---------------------------------------------------------------------------------------------
@@ -114,7 +114,7 @@ def planned(design: Design, snap: Snap, args: argparse.Namespace) -> list[Any]:
         for variant in sorted((v for v in design.variants if v.name in args.variants),
                               key=lambda v: args.variants.index(v.name)):
             if length > design.l_tr and not handled(snap, variant):
-                if methods is extension or not extension:
+                if variant.card_set is not None and (methods is extension or not extension):
                     print(f"{snap.name}: {variant.name} not measured past L_tr (card "
                           f"{snap.held_out(variant.card_set):.0f}% < {variant.bar:.0f}% at L_tr)", flush=True)
                 continue
@@ -202,7 +202,8 @@ def variants_of(design: Design, snap: Snap, results: Path, lengths: list[int]) -
     replications where measured."""
     store = ResultsStore(results / snap.name)
     out = {"variants": {v.name: cells_of(design, store, v, lengths) for v in design.variants},
-           "not_handled": {v.name: snap.held_out(v.card_set) for v in design.variants if not handled(snap, v)}}
+           "not_handled": {v.name: snap.held_out(v.card_set) for v in design.variants
+                           if v.card_set is not None and not handled(snap, v)}}
     replication = results / snap.name / "replication"
     if (replication / "results.csv").is_file():
         rep = ResultsStore(replication)
