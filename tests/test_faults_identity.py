@@ -423,3 +423,15 @@ def test_tables_out_unwritable_is_one_line(tiny_model_dir, tmp_path, capsys, mon
     user_error(status, err, str(blocked / "tables"), "cannot create")
 
 
+
+
+def test_a_checkpoint_checked_for_its_own_family_is_still_refused_for_another_in_the_same_process(tmp_path, capsys,
+                                                                                                  monkeypatch):
+    """The check is kept per checkpoint *and* family: a process that ran mini-gpt2 as GPT-2 (an API session, a
+    sweep) still refuses it as a T5."""
+    from omegaconf import OmegaConf
+
+    from lengthx.models.loading import check_model_dir
+
+    check_model_dir(OmegaConf.create({"name": "gpt2", "path": str(CHECKPOINTS / "mini-gpt2"), "family": "gpt2"}))
+    test_a_gpt2_checkpoint_for_a_t5_model_is_refused(tmp_path, capsys, monkeypatch)

@@ -275,7 +275,7 @@ def weight_files(root: Path) -> list[Path]:
     return sorted(q for q in root.iterdir() if q.suffix in (".safetensors", ".bin") and q.is_file())
 
 
-_CHECKED: dict[tuple[str, bool], str] = {}  # (model.path, trust) → model_fingerprint it was checked at
+_CHECKED: dict[tuple[str, bool, str], str] = {}  # (model.path, trust, family) → model_fingerprint it was checked at
 
 
 def check_model_dir(model_cfg: Any) -> None:
@@ -291,7 +291,7 @@ def check_model_dir(model_cfg: Any) -> None:
     root = Path(path)
     check_checkpoint_dir(root, name, trust_remote_code=trust)
     fingerprint = model_fingerprint(path)
-    if _CHECKED.get((path, trust)) == fingerprint:
+    if _CHECKED.get((path, trust, family.name)) == fingerprint:  # the family too: another family's check is not this
         return
     data = read_json_file(root / "config.json", name)
     model_type = str(data.get("model_type", ""))
@@ -305,7 +305,7 @@ def check_model_dir(model_cfg: Any) -> None:
     config = AutoConfig.from_pretrained(path, trust_remote_code=trust)
     _check_shapes(root, name, config, family.encoder_decoder, trust)
     _check_vocabulary(root, name, config, trust)
-    _CHECKED[(path, trust)] = fingerprint
+    _CHECKED[(path, trust, family.name)] = fingerprint
 
 
 def _check_shapes(root: Path, name: str, config: Any, encoder_decoder: bool, trust: bool) -> None:
