@@ -76,18 +76,21 @@ def test_the_usual_count_is_of_the_cells_the_table_shows():
 
 def test_the_caption_names_the_stand_in_a_task_is_handed_to(tmp_path, monkeypatch):
     """A mini that hands lines to another stand-in (``task_minis``, lengthx.models.minis): Table 4's caption names
-    the one that computed the lines cells, and says nothing of it where the table holds no lines rows."""
+    the one that computed the lines cells, and says nothing of it where the table holds no lines rows or the mini
+    hands nothing on."""
+    import re
+
     from lengthx.models import minis
 
-    for name in ("mini-t5", "mini-t5-lookup"):
-        text = (minis.CONF_MODEL_DIR / f"{name}.yaml").read_text() if name == "mini-t5" else \
-            "name: mini-t5-lookup\ndisplay: mini-T5-lookup\npath: /x\nfamily: t5\nl_tr: 256\ndescription: finds lines\n"
-        (tmp_path / f"{name}.yaml").write_text(text + ("task_minis:\n  lines: mini-t5-lookup\n" if name == "mini-t5" else ""))
+    own = re.sub(r"(?ms)^task_minis:.*?(?=^\S|\Z)", "", (minis.CONF_MODEL_DIR / "mini-t5.yaml").read_text())
+    (tmp_path / "mini-t5-lookup.yaml").write_text("name: mini-t5-lookup\ndisplay: mini-T5-lookup\npath: /x\nfamily: t5\n"
+                                                  "l_tr: 256\ndescription: finds lines\n")
     monkeypatch.setattr(minis, "CONF_MODEL_DIR", tmp_path)
-    md = render(TABLE4, _frame(with_l_tr=True)).markdown
+    df = _frame(with_l_tr=True)
+    (tmp_path / "mini-t5.yaml").write_text(own)
+    assert "computed by" not in render(TABLE4, df).markdown
+    (tmp_path / "mini-t5.yaml").write_text(own + "task_minis:\n  lines: mini-t5-lookup\n")
+    md = render(TABLE4, df).markdown
     assert "mini-T5's lines cells are computed by the stand-in that does lines at L_tr, mini-T5-lookup " \
            "(conf/model/mini-t5-lookup.yaml): finds lines." in md
-    df = _frame(with_l_tr=True)
     assert "computed by" not in render(TABLE4, df[df.task != "lines"]).markdown
-    monkeypatch.undo()
-    assert "computed by" not in render(TABLE4, df).markdown
