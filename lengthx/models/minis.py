@@ -41,23 +41,31 @@ def mini_config(name: str) -> Any:
 
 def task_minis(mini: str) -> dict[str, str]:
     """``task -> mini``: the tasks the shipped mini ``mini`` hands to another shipped mini (its ``task_minis``)."""
-    return {str(k): str(v) for k, v in (mini_config(mini).get("task_minis") or {}).items()}
+    return _handed_on(mini_config(mini))
 
 
-def _stand_in(model: Any, task: str | None) -> str | None:
-    """The shipped mini that runs ``model`` on ``task`` in the mini profile, or ``None`` where the model is not
-    mapped: a paper model runs as its ``mini:`` entry, a shipped mini at its configured path as itself, and either
-    as the mini its ``task_minis`` names for ``task``. An explicit ``model.path=`` is never mapped."""
+def _handed_on(mini_cfg: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (mini_cfg.get("task_minis") or {}).items()}
+
+
+def _stand_in(model: Any, task: str | None) -> tuple[str, Any] | None:
+    """The shipped mini that runs ``model`` on ``task`` in the mini profile and its config, or ``None`` where the
+    model is not mapped: a paper model runs as its ``mini:`` entry, a shipped mini at its configured path as
+    itself, and either as the mini its ``task_minis`` names for ``task``. An explicit ``model.path=`` is never
+    mapped."""
     if model.get("path"):
-        own = CONF_MODEL_DIR / f"{model.name}.yaml"
-        if not model.get("trained_by") or not own.is_file() or str(model.path) != str(mini_config(str(model.name)).path):
+        if not model.get("trained_by") or not (CONF_MODEL_DIR / f"{model.name}.yaml").is_file():
             return None
-        mini = str(model.name)
+        mini, own = str(model.name), mini_config(str(model.name))
+        if str(model.path) != str(own.path):
+            return None
     elif model.get("mini"):
         mini = str(model.mini)
+        own = mini_config(mini)
     else:
         return None
-    return task_minis(mini).get(str(task), mini)
+    other = _handed_on(own).get(str(task))
+    return (mini, own) if other is None else (other, mini_config(other))
 
 
 def apply_profile(cfg: Any) -> Any:
@@ -79,10 +87,10 @@ def apply_profile(cfg: Any) -> Any:
     if name != "mini" or model is None:
         return cfg
     task = cfg.get("task")
-    stand_in = _stand_in(model, task.get("name") if task is not None else None)
-    if stand_in is None or (model.get("path") and stand_in == model.name):
+    found = _stand_in(model, task.get("name") if task is not None else None)
+    if found is None or (model.get("path") and found[0] == model.name):
         return cfg
-    mini = mini_config(stand_in)
+    stand_in, mini = found
     if not Path(str(mini.path)).is_dir():
         raise ValueError(
             f"profile=mini runs model={model.name} as {stand_in}, whose checkpoint {mini.path} is missing; "

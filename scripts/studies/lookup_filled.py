@@ -15,6 +15,7 @@ writes the table: accuracy with its 95% Wilson interval per snapshot and K.
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from lengthx import read_results
@@ -37,29 +38,32 @@ def run(snapshot: Path, k: int, n: int, store: Path) -> None:
             raise SystemExit(f"lookup_filled: {snapshot} at K={k} failed (exit {stop.code})") from None
 
 
-def padded(store_dir: Path, snapshot: Path, k: int) -> tuple[float, int] | None:
-    """A snapshot's accuracy (%) and record count on K lines padded to L_tr at :data:`SEED`, from its variant's
-    store under ``store_dir``, or ``None`` where that cell was not run."""
+def padded(store_dir: Path, snapshot: Path) -> dict[int, tuple[float, int]]:
+    """A snapshot's accuracy (%) and record count per K on K lines padded to L_tr at :data:`SEED`, from its
+    variant's store under ``store_dir`` (read once); a K whose cell was not run is absent."""
     store = store_dir / snapshot.parent.name
     if not (store / "results.csv").is_file():
-        return None
+        return {}
     res = read_results(store)
-    hit = res[(res["metric"] == "accuracy") & (res["model"] == snapshot.name) & (res["seed"] == SEED)
-              & (res["setting"] == f"{L_TR}tokens-{k}lines")]
-    return None if hit.empty else (float(hit["value"].iloc[0]), int(hit["n"].iloc[0]))
+    res = res[(res["metric"] == "accuracy") & (res["model"] == snapshot.name) & (res["seed"] == SEED)]
+    out = {}
+    for setting, value, size in zip(res["setting"], res["value"], res["n"], strict=True):
+        k = re.fullmatch(rf"{L_TR}tokens-(\d+)lines", str(setting))
+        if k:
+            out[int(k[1])] = (float(value), int(size))
+    return out
 
 
 def table(snapshots: list[Path], counts: list[int], store_dir: Path) -> str:
     """One row per snapshot: accuracy [95% interval] at each K, from the stores."""
     rows = ["| snapshot | " + " | ".join(f"{k} lines" for k in counts) + " |", "|---|" + "---|" * len(counts)]
     for snap in snapshots:
-        cells = []
+        cells, scores = [], padded(store_dir, snap)
         for k in counts:
-            hit = padded(store_dir, snap, k)
-            if hit is None:
+            if k not in scores:
                 cells.append("")
                 continue
-            value, size = hit
+            value, size = scores[k]
             lo, hi = wilson_ci(round(value * size / 100), size)
             cells.append(f"{value:.0f}% [{100 * lo:.0f}, {100 * hi:.0f}]")
         rows.append(f"| {snap.parent.name}/{snap.name} | " + " | ".join(cells) + " |")

@@ -296,8 +296,10 @@ def owed(design: Design, summaries: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def arguments(doc: str, results: Path, design: Design, worker_spec: Callable[[str], tuple[int, int]]) -> argparse.ArgumentParser:
-    """The command line both studies share (their module docs show it)."""
+def arguments(doc: str, results: Path, design: Design, worker_spec: Callable[[str], tuple[int, int]],
+              only: bool = True) -> argparse.ArgumentParser:
+    """The command line both studies share (their module docs show it); ``only``: the study measures several
+    snapshots, so ``--only`` can narrow them."""
     p = argparse.ArgumentParser(description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", default=str(results))
     p.add_argument("--lengths", type=int, nargs="+", default=list(DEFAULT_LENGTHS))
@@ -305,7 +307,8 @@ def arguments(doc: str, results: Path, design: Design, worker_spec: Callable[[st
     p.add_argument("--calibration", type=int, default=2, help="Algorithm 1's calibration examples per setting")
     p.add_argument("--methods", nargs="+", default=list(design.methods), choices=list(METHODS),
                    help="only these methods (the study's table wants them all)")
-    p.add_argument("--only", nargs="*", default=None, help="measure only these snapshots")
+    if only:
+        p.add_argument("--only", nargs="*", default=None, help="measure only these snapshots")
     p.add_argument("--variants", nargs="+", default=[v.name for v in design.variants],
                    choices=[v.name for v in design.variants], help="these variants, in this order")
     p.add_argument("--replicate", nargs="*", default=[], help="SNAPSHOT:VARIANT:LENGTH:METHOD cells to measure again "

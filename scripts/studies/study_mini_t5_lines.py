@@ -29,6 +29,7 @@ import json
 import re
 import sys
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -76,29 +77,33 @@ class LookupSnapshot:
     def name(self) -> str:
         return f"{self.variant}/{self.path.name}"
 
+    @cached_property
     def card(self) -> dict[str, float]:
+        """Its held-out accuracy at L_tr per set (``curve.json``'s ``final``)."""
         return json.loads((self.path / "curve.json").read_text())["final"]
+
+    @cached_property
+    def padded(self) -> dict[int, tuple[float, int]]:
+        """The padded check's cells of this snapshot (task seed 600, 50 records), where they were run."""
+        return padded(FILLED, self.path)
 
     def held_out(self, task: str) -> float:
         """The card's held-out accuracy at L_tr; a padded set the card does not hold (``lines-fill-n<K>``, only F's
-        card has them) is read from the padded check (task seed 600, 50 records) where it was run, else 0."""
-        card = self.card()
-        if f"{task}@{L_TR}" in card:
-            return float(card[f"{task}@{L_TR}"])
+        card has them) is read from the padded check where it was run, else 0."""
+        if f"{task}@{L_TR}" in self.card:
+            return float(self.card[f"{task}@{L_TR}"])
         fill = re.fullmatch(r"lines-fill-n(\d+)", task)
-        score = padded(FILLED, self.path, int(fill[1])) if fill else None
-        return score[0] if score else 0.0
+        return self.padded.get(int(fill[1]), (0.0, 0))[0] if fill else 0.0
 
+    @cached_property
     def meets_gate(self) -> bool:
         """Its card's own bar, as the trainer stated it (the card's first line, lengthx.minis.retrieval_card)."""
-        return (self.path / "README.md").read_text().splitlines()[0].find("meets the retrieval bar") >= 0
+        return "meets the retrieval bar" in (self.path / "README.md").read_text().splitlines()[0]
 
     def padded_ok(self) -> bool:
         """The GO check in the rule: F's bar holds padded records already; any other variant's snapshot needs the
         padded check at 2, 11 and 12 lines ≥ 85%."""
-        if self.variant == "fill":
-            return True
-        return all((padded(FILLED, self.path, k) or (0.0, 0))[0] >= PADDED_BAR for k in PADDED_CHECK)
+        return self.variant == "fill" or all(self.padded.get(k, (0.0, 0))[0] >= PADDED_BAR for k in PADDED_CHECK)
 
 
 def snapshots(lookup: Path = LOOKUP) -> list[LookupSnapshot]:
@@ -117,7 +122,7 @@ def select(snaps: list[LookupSnapshot]) -> tuple[LookupSnapshot | None, str]:
     earlier in the order has neither passed nor reached its last step."""
     for variant in ORDER:
         mine = [s for s in snaps if s.variant == variant]
-        hit = next((s for s in mine if s.meets_gate()), None)
+        hit = next((s for s in mine if s.meets_gate), None)
         if hit is not None:
             if hit.padded_ok():
                 return hit, f"{hit.name}: the earliest snapshot at its gate" + (
@@ -148,7 +153,7 @@ def card_rows(snaps: list[LookupSnapshot]) -> list[str]:
     for s in snaps:
         check = "F's bar" if s.variant == "fill" else "yes" if s.padded_ok() else "no"
         out.append(f"| {s.name} | " + " | ".join(f"{s.held_out(t):.0f}" for t in CARD_SETS)
-                   + f" | {'yes' if s.meets_gate() else 'no'} | {check} |")
+                   + f" | {'yes' if s.meets_gate else 'no'} | {check} |")
     return out
 
 
@@ -169,7 +174,7 @@ def study(results: Path, lengths: list[int]) -> tuple[str, dict[str, Any]]:
            f"τ marked {UNALIGNED_MARK}: Algorithm 1 stopped at its grid's end (0.50) without reaching S̄_tr(1). "
            f"A Δ is a finding only beside its replication at task seed {REPLICATION_SEED}.", "",
            "## Selection", "", f"**{'Picked: ' + why if picked else why}**", "",
-           *card_rows([s for s in every if s.meets_gate() or s == picked]), ""]
+           *card_rows([s for s in every if s.meets_gate or s == picked]), ""]
     for s in measured:
         for v in VARIANTS:
             if s["variants"][v.name]:
@@ -229,13 +234,13 @@ def ship(target: Path) -> LookupSnapshot:
                "lines, passkey ≥ 95%, topics ≥ 90% at every count (F: and lines ≥ 90% on 2, 6 and 11 lines padded "
                f"with filler to L_tr); a gate without padded records also needs ≥ {PADDED_BAR:.0f}% on 2, 11 and 12 "
                "lines padded to L_tr. Cards, per count, of the snapshots at their gate and of the pick:\n\n"
-               + "\n".join(card_rows([s for s in every if s.meets_gate() or s == picked])) + "\n")
+               + "\n".join(card_rows([s for s in every if s.meets_gate or s == picked])) + "\n")
     ship_snapshot(picked.path, target, section)
     return picked
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = arguments(__doc__, ROOT / "results" / "mini-t5-lines", DESIGN, worker_spec)
+    p = arguments(__doc__, ROOT / "results" / "mini-t5-lines", DESIGN, worker_spec, only=False)  # the pick only
     p.add_argument("--pick", action="store_true", help="print the snapshot the rule picks, or why not yet, and stop")
     args = p.parse_args(argv)
     results = Path(args.results)
