@@ -36,10 +36,23 @@ def _padded(root: Path, variant: str, step: int, **by_k: float) -> None:
         assert store.append_rows([row], cell, f"h{k}{step}-{value}")
 
 
+def _go_check(root: Path, name: str, **by_k: float) -> None:
+    """A GO check's cells: the mini profile's Flan-T5 row (handed to the shipped stand-in), 40 records, K lines."""
+    store = ResultsStore(root / "go-check" / name)
+    for k, value in by_k.items():
+        cell = f"flan-t5-large|none|lines|256tokens-{k[1:]}lines"
+        row = {"paper": "A", "table": "4", "model": "flan-t5-large", "method": "none", "task": "lines",
+               "setting": f"256tokens-{k[1:]}lines", "metric": "accuracy", "value": value, "n": 40, "tau": 1.0,
+               "L_tr": 256, "seed": 4242, "status": "ok", "cell": cell, "config_hash": f"g{k}-{value}",
+               "timestamp": "2026-11-30T00:00:00", "data": "synthetic"}
+        assert store.append_rows([row], cell, f"g{k}-{value}")
+
+
 @pytest.fixture
 def lookup(tmp_path, monkeypatch):
     s = _script()
     monkeypatch.setattr(s, "FILLED", tmp_path / "filled")
+    monkeypatch.setattr(s, "GO_CHECK", tmp_path / "go-check")
     for variant in ("warm", "pieces", "pieces_more", "scratch"):
         _snapshot(tmp_path, variant, 20_000, gate=False)  # the four that ended their budgets without the gate
     return s, tmp_path
@@ -67,6 +80,30 @@ def test_a_gate_without_padded_records_needs_the_padded_check(lookup):
     _padded(root, "scratch_more", 18_000, k12=86.0)  # measured again (a newer row of the cell): at the bar
     picked, why = s.select(s.snapshots(root))
     assert picked.name == "scratch_more/step-18000" and "padded check" in why
+
+
+def test_a_pick_that_misses_the_go_check_ends_its_variant(lookup):
+    """S+ picked, shipped and short of 85% at 2 lines on its GO check: S+ ends without a pick and the rule goes on
+    to F, whose own GO check is then owed; F's held check is named in the pick."""
+    s, root = lookup
+    _snapshot(root, "scratch_more", 20_000, gate=True)
+    _padded(root, "scratch_more", 20_000, k2=90.0, k11=96.0, k12=94.0)
+    _snapshot(root, "fill", 10_000, gate=True)
+    picked, why = s.select(s.snapshots(root))
+    assert picked.name == "scratch_more/step-20000" and "GO check is still to run" in why
+    _go_check(root, "scratch_more/step-20000", k2=92.5)  # 2 lines alone: held so far, the check incomplete
+    picked, why = s.select(s.snapshots(root))
+    assert picked.name == "scratch_more/step-20000" and "GO check incomplete" in why
+    _go_check(root, "scratch_more/step-20000", k2=82.5, k12=92.5)
+    picked, why = s.select(s.snapshots(root))
+    assert picked.name == "fill/step-10000" and "GO check is still to run" in why
+    assert "missed (2 lines 82.5% of 40" in s.card_rows([picked, s.snapshots(root)[-2]])[-1]
+    _go_check(root, "fill/step-10000", k2=97.5, k12=85.0)
+    picked, why = s.select(s.snapshots(root))
+    assert picked.name == "fill/step-10000" and "GO check held (2 lines 97.5% of 40, 12 lines 85.0% of 40)" in why
+    _go_check(root, "fill/step-10000", k12=80.0)
+    picked, why = s.select(s.snapshots(root))
+    assert picked is None and why.startswith("NO-GO") and "GO check" in why
 
 
 def test_no_pick_after_every_budget_is_a_no_go(lookup):

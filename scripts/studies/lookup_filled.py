@@ -41,11 +41,18 @@ def run(snapshot: Path, k: int, n: int, store: Path) -> None:
 def padded(store_dir: Path, snapshot: Path) -> dict[int, tuple[float, int]]:
     """A snapshot's accuracy (%) and record count per K on K lines padded to L_tr at :data:`SEED`, from its
     variant's store under ``store_dir`` (read once); a K whose cell was not run is absent."""
-    store = store_dir / snapshot.parent.name
+    return by_count(store_dir / snapshot.parent.name, snapshot.name, SEED)
+
+
+def by_count(store: Path, model: str, seed: int | None = None) -> dict[int, tuple[float, int]]:
+    """τ = 1's accuracy (%) and record count per K on K lines at L_tr in ``store`` for ``model`` (at ``seed``, or
+    any seed); {} where the store holds none."""
     if not (store / "results.csv").is_file():
         return {}
     res = read_results(store)
-    res = res[(res["metric"] == "accuracy") & (res["model"] == snapshot.name) & (res["seed"] == SEED)]
+    res = res[(res["metric"] == "accuracy") & (res["model"] == model) & (res["method"] == "none")]
+    if seed is not None:
+        res = res[res["seed"] == seed]
     out = {}
     for setting, value, size in zip(res["setting"], res["value"], res["n"], strict=True):
         k = re.fullmatch(rf"{L_TR}tokens-(\d+)lines", str(setting))

@@ -39,7 +39,7 @@ for entry in (ROOT, ROOT / "scripts" / "studies"):
         sys.path.insert(0, str(entry))
 
 import study_cells  # noqa: E402
-from lookup_filled import padded  # noqa: E402
+from lookup_filled import by_count, padded  # noqa: E402
 from study_cells import DEFAULT_LENGTHS, REPLICATION_SEED, Design, Variant, arguments, headline_rows  # noqa: E402
 from study_workers import worker_spec  # noqa: E402
 
@@ -55,6 +55,9 @@ LAST_STEP = 20_000
 PADDED_CHECK = (2, 11, 12)  # the GO check in the rule: K lines padded to L_tr (filled.md) for the gates without them
 PADDED_BAR = 85.0
 FILLED = LOOKUP / "filled"  # the padded check's stores (scripts/studies/lookup_filled.py)
+GO_CHECK = LOOKUP / "go-check"  # each picked snapshot's GO check, go-check/<variant>/step-N (the shipped mapping)
+GO_COUNTS = (2, 12)  # the GO asks ≥ 85% at 2 lines and the largest count the L_tr records hold
+GO_MODEL = "flan-t5-large"  # the GO check's command runs the mini profile's Flan-T5 row, handed to the stand-in
 HEADLINE_RULES = ("log", "pmax", "entropy")
 
 
@@ -100,10 +103,32 @@ class LookupSnapshot:
         """Its card's own bar, as the trainer stated it (the card's first line, lengthx.minis.retrieval_card)."""
         return "meets the retrieval bar" in (self.path / "README.md").read_text().splitlines()[0]
 
+    @cached_property
+    def go_check(self) -> dict[int, tuple[float, int]]:
+        """Its GO check where it was run (shipped, through the mini profile's mapping): accuracy and records per K
+        from ``go-check/<variant>/step-N``."""
+        return by_count(GO_CHECK / self.name, GO_MODEL)
+
+    def go_missed(self) -> bool:
+        """The rule for a pick that fails the GO check: measured, and short of 85% at 2 or 12 lines."""
+        return any(self.go_check.get(k, (100.0, 0))[0] < PADDED_BAR for k in GO_COUNTS)
+
+    def go_text(self) -> str:
+        """Its GO check in a table cell: the accuracy at each count measured, and whether it holds."""
+        if not self.go_check:
+            return "not run"
+        scores = ", ".join(f"{k} lines {v:.1f}% of {n}" for k, (v, n) in sorted(self.go_check.items()))
+        done = all(k in self.go_check for k in GO_COUNTS)
+        return f"{'missed' if self.go_missed() else 'held' if done else 'incomplete'} ({scores})"
+
     def padded_ok(self) -> bool:
         """The GO check in the rule: F's bar holds padded records already; any other variant's snapshot needs the
         padded check at 2, 11 and 12 lines ≥ 85%."""
         return self.variant == "fill" or all(self.padded.get(k, (0.0, 0))[0] >= PADDED_BAR for k in PADDED_CHECK)
+
+
+def _shown(path: Path) -> Path:
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
 def snapshots(lookup: Path = LOOKUP) -> list[LookupSnapshot]:
@@ -118,22 +143,27 @@ def snapshots(lookup: Path = LOOKUP) -> list[LookupSnapshot]:
 def select(snaps: list[LookupSnapshot]) -> tuple[LookupSnapshot | None, str]:
     """The selection rule (docs/mini-t5-lookup.md): the earliest snapshot at its gate of W, then P, P+, S, S+, then
     F; a gate without padded records also needs the padded check (a snapshot at its gate without it ends its
-    variant, its trainer having stopped there, without a pick). ``(None, why)`` while it cannot decide: a variant
+    variant, its trainer having stopped there, without a pick), and a pick whose GO check was run and missed ends
+    its variant the same way ("A pick that fails the GO check"). ``(None, why)`` while it cannot decide: a variant
     earlier in the order has neither passed nor reached its last step."""
     for variant in ORDER:
         mine = [s for s in snaps if s.variant == variant]
         hit = next((s for s in mine if s.meets_gate), None)
         if hit is not None:
-            if hit.padded_ok():
+            if hit.padded_ok() and not hit.go_missed():
                 return hit, f"{hit.name}: the earliest snapshot at its gate" + (
-                    "" if variant == "fill" else f", and at ≥ {PADDED_BAR:.0f}% on the padded check")
-            continue  # stopped at its gate, short of the padded check: the variant ends without a pick
+                    "" if variant == "fill" else f", and at ≥ {PADDED_BAR:.0f}% on the padded check") + (
+                    f"; GO check {hit.go_text()}" if hit.go_check else
+                    f"; its GO check is still to run (ship it, then K = {', '.join(map(str, GO_COUNTS))} into "
+                    f"{_shown(GO_CHECK / hit.name)})")
+            continue  # stopped at its gate, short of the padded check or the GO check: the variant ends unpicked
         if not any(s.step == LAST_STEP for s in mine):
             last = max((s.step for s in mine), default=0)
             return None, (f"not decided: {variant} has no snapshot at its gate and has not reached step {LAST_STEP} "
                           f"(its last snapshot: step {last}). Fix: train it on (make mini-t5-lookup-study "
                           f"LOOKUP_VARIANTS={variant})")
-    return None, f"NO-GO: no variant of {', '.join(ORDER)} passed its gate within its budget"
+    return None, (f"NO-GO: no variant of {', '.join(ORDER)} passed its gate, the padded check and the GO check "
+                  "within its budget")
 
 
 VARIANTS = (*(Variant(f"lines K={k}", ("task=lines", "task.format=short", f"task.num_lines={k}"), f"lines-fill-n{k}",
@@ -149,11 +179,12 @@ CARD_SETS = ("lines", *(f"lines-n{k}" for k in (2, 6, 10, 11, 12)), *(f"lines-fi
 
 def card_rows(snaps: list[LookupSnapshot]) -> list[str]:
     """The cards at L_tr of the snapshots the rule looked at, with whether each meets its gate."""
-    out = ["| snapshot | " + " | ".join(CARD_SETS) + " | at its gate | padded check |", "|" + "---|" * (3 + len(CARD_SETS))]
+    out = ["| snapshot | " + " | ".join(CARD_SETS) + " | at its gate | padded check | GO check |",
+           "|" + "---|" * (4 + len(CARD_SETS))]
     for s in snaps:
         check = "F's bar" if s.variant == "fill" else "yes" if s.padded_ok() else "no"
         out.append(f"| {s.name} | " + " | ".join(f"{s.held_out(t):.0f}" for t in CARD_SETS)
-                   + f" | {'yes' if s.meets_gate else 'no'} | {check} |")
+                   + f" | {'yes' if s.meets_gate else 'no'} | {check} | {s.go_text()} |")
     return out
 
 
@@ -233,7 +264,9 @@ def ship(target: Path) -> LookupSnapshot:
                "(scratch_more), then F (fill); the gate: lines ≥ 90% on the L_tr records and at 2, 6, 10, 11 and 12 "
                "lines, passkey ≥ 95%, topics ≥ 90% at every count (F: and lines ≥ 90% on 2, 6 and 11 lines padded "
                f"with filler to L_tr); a gate without padded records also needs ≥ {PADDED_BAR:.0f}% on 2, 11 and 12 "
-               "lines padded to L_tr. Cards, per count, of the snapshots at their gate and of the pick:\n\n"
+               "lines padded to L_tr; a pick whose GO check (≥ 85% at 2 and 12 lines padded to L_tr, through the mini "
+               "profile's mapping, at a task seed no card or check used) missed ends its variant without a pick. "
+               "Cards, per count, of the snapshots at their gate and of the pick:\n\n"
                + "\n".join(card_rows([s for s in every if s.meets_gate or s == picked])) + "\n")
     ship_snapshot(picked.path, target, section)
     return picked
