@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from lengthx.models import minis
 from lengthx.models.minis import apply_profile
@@ -185,3 +185,19 @@ def test_an_explicit_path_is_never_handed_on(tmp_path, monkeypatch):
     monkeypatch.setattr(minis, "CONF_MODEL_DIR", tmp_path)
     cfg = apply_profile(_cfg(tmp_path, "mini-a", "lines", "/a/snapshot")).model
     assert cfg.path == "/a/snapshot" and cfg.get("lines_format") is None and cfg.l_tr == 512
+
+
+def test_handing_a_task_on_leaves_the_mini_s_other_cells_current(tmp_path, monkeypatch):
+    """Adding ``task_minis`` to a shipped mini changes what its handed task runs on (that checkpoint enters the
+    cell's hash by content), not what any other task computes: those cells keep their hashes."""
+    from lengthx.core.cells import model_identity
+
+    _two_minis(tmp_path)
+    monkeypatch.setattr(minis, "CONF_MODEL_DIR", tmp_path)
+    handing = apply_profile(_cfg(tmp_path, "mini-a", "topics", str(tmp_path / "ckpt-a"))).model
+    with open_dict(handing):
+        handing.task_minis = {"lines": "mini-b"}
+    alone = handing.copy()
+    with open_dict(alone):
+        del alone["task_minis"]
+    assert model_identity(handing) == model_identity(alone)

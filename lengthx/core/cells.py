@@ -73,7 +73,8 @@ def method_id(method_cfg: Any) -> str:
 # itself enters a cell's hash by content (model_fingerprint)
 MODEL_UNHASHED_KEYS = ("path", "description", "display", "paper_role", "paper_b_role", "trained_by",
                        "params",  # params: descriptive (paper A Table 2, paper B Table 1)
-                       "trust_remote_code")  # whether loading may run a directory's code: its weights are hashed
+                       "trust_remote_code",  # whether loading may run a directory's code: its weights are hashed
+                       "task_minis")  # the tasks a mini hands on: a handed task's checkpoint is hashed as its own
 # task keys that pick settings (a cell is one setting), count its examples (a cell grows: the first n of one seeded
 # sequence) or describe the task
 TASK_UNHASHED_KEYS = ("settings", "only", "description", "num_examples", "paper_num_examples")

@@ -59,6 +59,9 @@ GO_CHECK = LOOKUP / "go-check"  # each picked snapshot's GO check, go-check/<var
 GO_COUNTS = (2, 12)  # the GO asks ≥ 85% at 2 lines and the largest count the L_tr records hold
 GO_MODEL = "flan-t5-large"  # the GO check's command runs the mini profile's Flan-T5 row, handed to the stand-in
 HEADLINE_RULES = ("log", "pmax", "entropy")
+TRAINED_AS = "The `mini` profile's stand-in for Flan-T5 (`conf/model/mini-t5.yaml`)"  # lengthx.minis.retrieval_card
+SHIPPED_AS = ("The `mini` profile's stand-in for Flan-T5 on lines (`conf/model/mini-t5-lookup.yaml`; "
+              "`conf/model/mini-t5.yaml` hands lines to it, `task_minis`)")
 
 
 @dataclass(frozen=True)
@@ -260,7 +263,8 @@ def ship(target: Path) -> LookupSnapshot:
         raise SystemExit(f"the selection rule cannot pick a lookup stand-in: {why}. Nothing shipped")
     section = ("\n## Selection (docs/mini-t5-lookup.md, the lookup stand-in)\n\n"
                f"Snapshot `{picked.name}` of `results/mini-t5-lookup/snapshots/`, picked by the rule fixed before "
-               f"training: {why}. The order is W (warm), P (pieces), P+ (pieces_more), S (scratch), S+ "
+               "training and, for a pick that misses its GO check, the rule added after S+'s step 20,000 missed it "
+               f"(docs/mini-t5-lookup.md, \"A pick that fails the GO check\"): {why}. The order is W (warm), P (pieces), P+ (pieces_more), S (scratch), S+ "
                "(scratch_more), then F (fill); the gate: lines ≥ 90% on the L_tr records and at 2, 6, 10, 11 and 12 "
                "lines, passkey ≥ 95%, topics ≥ 90% at every count (F: and lines ≥ 90% on 2, 6 and 11 lines padded "
                f"with filler to L_tr); a gate without padded records also needs ≥ {PADDED_BAR:.0f}% on 2, 11 and 12 "
@@ -269,6 +273,8 @@ def ship(target: Path) -> LookupSnapshot:
                "Cards, per count, of the snapshots at their gate and of the pick:\n\n"
                + "\n".join(card_rows([s for s in every if s.meets_gate or s == picked])) + "\n")
     ship_snapshot(picked.path, target, section)
+    card = target / "README.md"  # the trainer's card names the first-of-K stand-in's config; this copy has its own
+    card.write_text(card.read_text().replace(TRAINED_AS, SHIPPED_AS, 1))
     return picked
 
 
