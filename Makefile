@@ -127,11 +127,12 @@ bench-gpu: install
 tables: install
 	$(LX) tables
 
-# Paper A on the mini profile, two stand-ins (lengthx/conf/model/mini-*.yaml):
+# Paper A on the mini profile, three stand-ins (lengthx/conf/model/mini-*.yaml):
 # - mini-t5 (Flan-T5's stand-in, docs/mini-t5-study.md) runs topics and passkey (Tables 1, 4, 7, 9) at every
 #   setting with AA_RETRIEVAL_EXAMPLES examples, and lines and MDQA (Tables 1, 5, 10) on each task's shortest and
 #   longest setting (AA_MINI_SLICE= runs them all; MDQA adds 30docs@0, Table 10's column) with 10 examples;
-#   1 calibration example for Algorithm 1;
+#   1 calibration example for Algorithm 1; its lines cells run on mini-t5-lookup, the stand-in that does lines at
+#   L_tr (docs/mini-t5-lookup.md; `task_minis` in mini-t5.yaml), the row keeping mini-t5's name;
 # - mini-t5-lm (T5-LM's and CodeT5+'s stand-in, scripts/train_mini_t5_lm.py) runs language modelling and code
 #   (Tables 3, 6, 8, 11-13, code key) at every setting, AA_LM_EXAMPLES / AA_CODE_EXAMPLES examples per setting
 #   on the same text at every length (profile.same_text), 4 calibration examples, and Table 8's extension rows
@@ -198,7 +199,7 @@ reproduce-mini-b: install
 # then every table (plain and beside the paper), the figures, and the result blocks of the Markdown files that
 # include them (MARKDOWN_BLOCKS: every file with a `<!-- lengthx:include … -->` block; tests/test_readme_blocks.py
 # keeps the list complete)
-MARKDOWN_BLOCKS := README.md docs/protocol.md docs/results-paper-a.md docs/results-paper-b.md docs/mini-t5-lm.md
+MARKDOWN_BLOCKS := README.md docs/protocol.md docs/results-paper-a.md docs/results-paper-b.md docs/mini-t5-lm.md docs/mini-t5-lines.md
 reproduce-mini: reproduce-mini-a reproduce-mini-b
 	$(LX) tables
 	$(LX) tables --compare-paper

@@ -205,7 +205,8 @@ def study(results: Path, lengths: list[int]) -> tuple[str, dict[str, Any]]:
            "--render-only`; do not edit by hand. Accuracy in % with 95% Wilson intervals; Δ: paired difference to "
            "τ = 1 on the same examples, 95% Newcombe interval (✓ excludes 0 upwards, ✗ downwards); `vs L_tr`: τ = 1's "
            "paired change against L_tr; `lines held`: the lines the records hold. "
-           f"τ marked {UNALIGNED_MARK}: Algorithm 1 stopped at its grid's end (0.50) without reaching S̄_tr(1). "
+           f"τ marked {UNALIGNED_MARK}: Algorithm 1 stopped at an end of its grid without reaching S̄_tr(1) (at 0.50, or "
+           "at 1.00 where S̄ at τ = 1 is already past it: at L_tr, the calibration records against the reference's). "
            f"A Δ is a finding only beside its replication at task seed {REPLICATION_SEED}.", "",
            "## Selection", "", f"**{'Picked: ' + why if picked else why}**", "",
            *card_rows([s for s in every if s.meets_gate or s == picked]), ""]
