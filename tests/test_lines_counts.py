@@ -85,8 +85,8 @@ def test_without_a_count_records_are_as_the_benchmark_builds_them(tok):
     hash is the one it had before the key existed."""
     (e,) = LinesTask().examples(Setting("512", 512, "tokens"), tok, 1, seed=0)
     assert "The grass is green" not in e.prompt and "filler_sentences" not in e.meta and e.meta["n_lines"] > 10
-    cfg = compose_run(["model=mini-t5", "task=lines"])
-    setting = resolve_settings(cfg.task, "mini", int(cfg.model.l_tr))[0]
+    cfg = compose_run(["profile=paper", "model=flan-t5-xl", "task=lines"])  # no lines format: both keys null
+    setting = resolve_settings(cfg.task, "paper", int(cfg.model.l_tr))[0]
     with_keys = config_hash(cfg, setting)
     from omegaconf import OmegaConf
     plain = OmegaConf.to_container(cfg, resolve=True)
@@ -118,12 +118,14 @@ def test_each_count_is_its_own_column(task, key, capsys, tmp_path):
 
 
 def test_the_format_reaches_the_prompt():
-    """task.format=short gives the lookup stand-in's header; without it (mini-t5 names no lines format) LongEval's."""
+    """task.format=short gives the lookup stand-in's header; without it the model's ``lines_format``: mini-t5 hands
+    lines to mini-t5-lookup, which names the short format; a paper model names none (LongEval's)."""
     from lengthx.tasks import build_task
 
     task = build_task(compose_run(["model=mini-t5", "task=lines", "task.format=short"]).task, "mini")
     assert task.prompt_format == "short"
-    assert compose_run(["model=mini-t5", "task=lines"]).task.format is None
+    assert compose_run(["model=mini-t5", "task=lines"]).task.format == "short"
+    assert compose_run(["profile=paper", "model=flan-t5-xl", "task=lines"]).task.format is None
 
 
 def test_a_length_its_lines_do_not_fit_is_an_error_not_a_longer_record(tok):
