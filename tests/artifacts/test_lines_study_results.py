@@ -13,8 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 STUDY = ROOT / "results" / "mini-t5-lines"
 FIX = "run python scripts/studies/study_mini_t5_lines.py (it measures what is missing or stale, then renders)"
 
-pytestmark = [pytest.mark.skipif(not (STUDY / "study.md").is_file(), reason="the lines study has not run yet"),
-              pytest.mark.usefixtures("one_thread")]
+pytestmark = pytest.mark.skipif(not (STUDY / "study.md").is_file(), reason="the lines study has not run yet")
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +37,7 @@ def test_every_resolved_difference_past_l_tr_is_replicated(lines):
 
 
 @pytest.mark.slow  # composes every planned cell's config and hashes the snapshot (about 30 s)
-def test_every_planned_cell_is_current(lines):
+def test_every_planned_cell_is_current(lines, one_thread):
     s, _, _ = lines
     picked, _ = s.select(s.snapshots())
     args = s.arguments(s.__doc__, STUDY, s.DESIGN, s.worker_spec, only=False).parse_args([])  # the study's defaults
