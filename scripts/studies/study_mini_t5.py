@@ -39,8 +39,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for entry in (ROOT, ROOT / "scripts" / "studies"):
+    if str(entry) not in sys.path:
+        sys.path.insert(0, str(entry))
+
+from study_cells import pct as _pct  # noqa: E402  (the accuracy cell both studies print)
 
 from lengthx.core.store import ResultsStore  # noqa: E402
 from lengthx.minis.ship import ship_snapshot  # noqa: E402
@@ -192,11 +195,6 @@ def summarize(snap: Snapshot, results: Path, lengths: list[int]) -> dict[str, An
                 stats[label] = {k: float(v.value) for k, v in values.items()}
         out["stats"][task] = stats
     return out
-
-
-def _pct(cell: dict[str, Any]) -> str:
-    lo, hi = cell["ci"]
-    return f"{cell['acc']:.0f} [{lo:.0f}, {hi:.0f}]"
 
 
 def _delta(d: list[float] | None) -> str:
