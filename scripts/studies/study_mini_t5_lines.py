@@ -275,7 +275,7 @@ def ship(target: Path) -> LookupSnapshot:
                + "\n".join(card_rows([s for s in every if s.meets_gate or s == picked])) + "\n")
     ship_snapshot(picked.path, target, section)
     card = target / "README.md"  # the trainer's card names the first-of-K stand-in's config; this copy has its own
-    card.write_text(card.read_text().replace(TRAINED_AS, SHIPPED_AS, 1))
+    card.write_text(card.read_text().replace("# mini-t5 — ", "# mini-t5-lookup — ", 1).replace(TRAINED_AS, SHIPPED_AS, 1))
     return picked
 
 
