@@ -53,7 +53,7 @@ def test_its_go_check_holds_and_is_current(pick):
     study, picked = pick
     for k in study.GO_COUNTS:
         value, n = picked.go_check[k]
-        assert value >= study.PADDED_BAR and n >= 40, f"{k} lines: {value}% of {n}"
+        assert value >= study.GO_BAR and n >= 40, f"{k} lines: {value}% of {n}"
     p = run_command(["tables", "--check", "--results-dir", str(study.GO_CHECK / picked.name)])
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     assert p.stdout.strip().splitlines()[-1].startswith(f"{len(picked.go_check)} current, 0 stale"), p.stdout[-2000:]
